@@ -1,0 +1,61 @@
+# Two set-up commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# XLA's CPU client on a 2-core machine: more host threads than cores keeps
+# concurrent LAPACK calls from starving each other (see docs/concepts.md).
+export NPROC ?= 8
+
+.PHONY: demo test lint format docs docs-serve bench bench-peers clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e ".[progress]"
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/python examples/cartpole_ppo.py --out runs/demo
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix src tests examples benchmarks
+	$(BIN)/ruff format src tests examples benchmarks
+
+docs: $(VENV)/.installed-dev
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed-dev
+	$(BIN)/mkdocs serve
+
+test: lint
+	$(BIN)/python -m pytest
+	$(BIN)/mkdocs build --strict
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/env_throughput.py
+	$(BIN)/python benchmarks/ppo_cartpole.py
+
+# Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.
+PEERS := .venv-peers
+$(PEERS)/.installed: benchmarks/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --upgrade pip
+	$(PEERS)/bin/python -m pip install -r benchmarks/requirements-peers.txt
+	$(PEERS)/bin/python -m pip install -e .
+	touch $@
+
+bench-peers: $(PEERS)/.installed
+	$(PEERS)/bin/python benchmarks/peers.py
+
+clean:
+	rm -rf $(VENV) $(PEERS) site runs .pytest_cache .ruff_cache

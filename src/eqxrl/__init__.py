@@ -1,0 +1,38 @@
+"""eqxrl: reinforcement learning that runs end to end on the accelerator.
+
+Runtime shape checking (jaxtyping + beartype) is on for the whole package unless the
+environment variable `EQXRL_TYPECHECK` is set to `0` before `eqxrl` is first imported.
+Checks run when JAX traces a function, so they cost nothing inside compiled code.
+"""
+
+import os as _os
+
+__version__ = "0.1.0"
+
+TYPECHECK: bool = _os.environ.get("EQXRL_TYPECHECK", "1") != "0"
+
+if TYPECHECK:
+    from jaxtyping import install_import_hook as _install_import_hook
+
+    with _install_import_hook("eqxrl", "beartype.beartype"):
+        from . import (
+            algorithms as algorithms,
+            buffers as buffers,
+            distributions as distributions,
+            envs as envs,
+            nn as nn,
+        )
+else:
+    from . import (
+        algorithms as algorithms,
+        buffers as buffers,
+        distributions as distributions,
+        envs as envs,
+        nn as nn,
+    )
+
+from .algorithms import (  # noqa: E402
+    PPO as PPO,
+    AbstractAlgorithm as AbstractAlgorithm,
+    PPOState as PPOState,
+)

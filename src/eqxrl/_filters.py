@@ -1,0 +1,37 @@
+"""Small tree helpers shared across the package."""
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import equinox as eqx
+import jax.lax as lax
+
+Carry = TypeVar("Carry")
+Output = TypeVar("Output")
+
+
+def filter_scan(
+    body: Callable[[Carry, Any], tuple[Carry, Output]],
+    init: Carry,
+    xs: Any = None,
+    length: int | None = None,
+) -> tuple[Carry, Output]:
+    """`jax.lax.scan` whose carry may hold non-array leaves (functions, ints, modules).
+
+    The carry is split into its arrays, which are scanned over, and everything else,
+    which is closed over as a constant; the body must not change the non-array part.
+    """
+    dynamic_init, static = eqx.partition(init, eqx.is_array)
+
+    def scan_body(dynamic_carry, x):
+        carry = eqx.combine(dynamic_carry, static)
+        new_carry, output = body(carry, x)
+        new_dynamic, new_static = eqx.partition(new_carry, eqx.is_array)
+        if not eqx.tree_equal(new_static, static):
+            raise ValueError(
+                "filter_scan: the body changed the non-array part of the carry."
+            )
+        return new_dynamic, output
+
+    final_dynamic, outputs = lax.scan(scan_body, dynamic_init, xs, length=length)
+    return eqx.combine(final_dynamic, static), outputs

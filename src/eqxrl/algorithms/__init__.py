@@ -1,0 +1,9 @@
+"""Learning algorithms and the return computations they share."""
+
+from ._base import AbstractAlgorithm as AbstractAlgorithm
+from ._ppo import (
+    PPO as PPO,
+    PPOState as PPOState,
+    episode_metrics as episode_metrics,
+)
+from ._returns import compute_gae as compute_gae

@@ -1,0 +1,65 @@
+import abc
+from typing import Generic, TypeVar
+
+import equinox as eqx
+from jaxtyping import Array, PRNGKeyArray
+
+from .._filters import filter_scan
+
+StateT = TypeVar("StateT")
+
+
+class AbstractAlgorithm(eqx.Module, Generic[StateT]):
+    """A learning algorithm: hyperparameters in, a pure training program out.
+
+    The algorithm object holds only configuration (sweepable numbers as array leaves,
+    structural choices as static fields). `init(key)` builds the training state, and
+    `train_iteration(state)` advances it by one iteration and returns a fixed-size
+    dict of scalar metrics. `train(key)` runs the whole run as one compiled program;
+    it is pure, so `eqx.filter_vmap(algorithm.train)(keys)` trains several seeds in
+    one compilation.
+    """
+
+    @property
+    @abc.abstractmethod
+    def num_iterations(self) -> int:
+        """How many calls of `train_iteration` make up one `train` run."""
+
+    @abc.abstractmethod
+    def init(self, key: PRNGKeyArray) -> StateT:
+        """The training state at the start of a run."""
+
+    @abc.abstractmethod
+    def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
+        """One iteration (e.g. one PPO rollout and its updates) and its metrics."""
+
+    def train_iterations(
+        self, state: StateT, num_iterations: int
+    ) -> tuple[StateT, dict[str, Array]]:
+        """Run `num_iterations` iterations from `state` as one `lax.scan`.
+
+        **Returns:**
+
+        `(state, metrics)`, each metric stacked to shape `[num_iterations]`.
+        """
+
+        def body(carry, _):
+            return self.train_iteration(carry)
+
+        return filter_scan(body, state, length=num_iterations)
+
+    @eqx.filter_jit
+    def train(self, key: PRNGKeyArray) -> tuple[StateT, dict[str, Array]]:
+        """A whole training run, compiled as one program.
+
+        **Arguments:**
+
+        - `key`: a PRNG key; all randomness of the run comes from it, so the same key
+          gives the same result on the same machine.
+
+        **Returns:**
+
+        `(state, metrics)`: the final training state and a dict of per-iteration
+        metrics, each of shape `[num_iterations]`.
+        """
+        return self.train_iterations(self.init(key), self.num_iterations)

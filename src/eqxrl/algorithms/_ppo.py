@@ -1,0 +1,438 @@
+import math
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+import optax
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+
+from .._filters import filter_scan
+from ..buffers import Transition
+from ..envs import (
+    AbstractEnvironment,
+    AutoReset,
+    Discrete,
+    EpisodeStatistics,
+    TimeStep,
+    unwrap,
+)
+from ..nn import AbstractActorCritic, MLPActorCritic
+from ._base import AbstractAlgorithm
+from ._returns import compute_gae
+
+
+def _float32(value: ArrayLike) -> Array:
+    return jnp.asarray(value, dtype=jnp.float32)
+
+
+class PPOState(eqx.Module):
+    """Everything a PPO run carries from one iteration to the next.
+
+    Environment fields are batched over `num_envs`.
+
+    **Arguments:**
+
+    - `model`: the actor-critic being trained.
+    - `optimizer_state`: optax state of the optimizer.
+    - `env_state`: state of every environment, `[num_envs, ...]` leaves.
+    - `timestep`: the latest timestep of every environment.
+    - `key`: the PRNG key for the next iteration.
+    - `iteration`: how many iterations have run (int32).
+    """
+
+    model: AbstractActorCritic
+    optimizer_state: PyTree
+    env_state: PyTree
+    timestep: TimeStep
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+
+
+NetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractActorCritic]
+
+
+class PPO(AbstractAlgorithm[PPOState]):
+    """Proximal policy optimization (clipped surrogate) for discrete actions.
+
+    One iteration collects `num_steps` steps from each of `num_envs` auto-resetting
+    environments, computes GAE advantages (bootstrapping through truncation), then runs
+    `num_epochs` passes of `num_minibatches` minibatch updates. Action masks returned
+    by the environment are stored with each transition and applied identically when
+    acting and when updating.
+
+    Sweepable numbers (`learning_rate`, `gamma`, `gae_lambda`, `clip_eps`, `ent_coef`,
+    `vf_coef`, `max_grad_norm`) are float32 array leaves: build PPO inside
+    `jax.vmap` over a batch of them to train a sweep in one compilation. The rest is
+    static: changing it compiles a new program.
+
+    **Arguments:**
+
+    - `env`: the environment (one, not auto-resetting: PPO adds `AutoReset` and
+      `EpisodeStatistics` itself).
+    - `num_envs`: environments stepped in parallel.
+    - `num_steps`: steps per environment per iteration.
+    - `total_timesteps`: environment steps of the whole run; the run has
+      `total_timesteps // (num_envs * num_steps)` iterations.
+    - `num_epochs`: passes over each rollout.
+    - `num_minibatches`: minibatches per pass; must divide `num_envs * num_steps`.
+    - `learning_rate`: Adam step size.
+    - `anneal_lr`: decay the learning rate linearly to zero over the run.
+    - `gamma`: discount factor.
+    - `gae_lambda`: GAE lambda.
+    - `clip_eps`: PPO ratio clip (also the value clip).
+    - `ent_coef`: entropy bonus coefficient.
+    - `vf_coef`: value-loss coefficient.
+    - `max_grad_norm`: global gradient-norm clip.
+    - `clip_value_loss`: use the clipped value loss of the PPO paper's code.
+    - `normalize_advantages`: standardize advantages per minibatch.
+    - `hidden_sizes`: widths of the default MLP actor-critic.
+    - `network_factory`: optional `factory(env, key) -> AbstractActorCritic` replacing
+      the default MLP.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("CartPole-v1")
+        ppo = eqxrl.PPO(env=env, total_timesteps=500_000)
+        state, metrics = ppo.train(jax.random.key(0))
+        keys = jax.random.split(jax.random.key(0), 8)
+        states, metrics = eqx.filter_vmap(ppo.train)(keys)  # 8 seeds, one program
+        ```
+    """
+
+    env: AbstractEnvironment
+    num_envs: int = eqx.field(static=True, default=4)
+    num_steps: int = eqx.field(static=True, default=128)
+    total_timesteps: int = eqx.field(static=True, default=500_000)
+    num_epochs: int = eqx.field(static=True, default=4)
+    num_minibatches: int = eqx.field(static=True, default=4)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
+    anneal_lr: bool = eqx.field(static=True, default=True)
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
+    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=_float32)
+    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=_float32)
+    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=_float32)
+    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
+    clip_value_loss: bool = eqx.field(static=True, default=True)
+    normalize_advantages: bool = eqx.field(static=True, default=True)
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"PPO: {name}={value!r} must be a positive integer.")
+        batch_size = self.num_envs * self.num_steps
+        if batch_size % self.num_minibatches:
+            raise ValueError(
+                f"PPO: num_envs * num_steps = {batch_size} is not divisible by "
+                f"num_minibatches={self.num_minibatches}; choose num_minibatches "
+                f"among the divisors of {batch_size} or change num_envs / num_steps."
+            )
+        if self.total_timesteps < batch_size:
+            raise ValueError(
+                f"PPO: total_timesteps={self.total_timesteps} is less than one "
+                f"iteration (num_envs * num_steps = {batch_size}); raise "
+                "total_timesteps or lower num_envs / num_steps."
+            )
+        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
+            raise ValueError(
+                f"PPO: hidden_sizes={self.hidden_sizes} must be positive integers."
+            )
+        _check_range("learning_rate", self.learning_rate, 0.0, math.inf)
+        _check_range("gamma", self.gamma, 0.0, 1.0)
+        _check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        _check_range("clip_eps", self.clip_eps, 0.0, math.inf)
+        _check_range("ent_coef", self.ent_coef, 0.0, math.inf)
+        _check_range("vf_coef", self.vf_coef, 0.0, math.inf)
+        _check_range("max_grad_norm", self.max_grad_norm, 0.0, math.inf)
+        for env in unwrap(self.env):
+            if isinstance(env, AutoReset):
+                raise ValueError(
+                    "PPO: pass the environment without AutoReset; PPO adds "
+                    "AutoReset and EpisodeStatistics itself."
+                )
+        if self.network_factory is None and not isinstance(
+            self.env.action_space, Discrete
+        ):
+            raise ValueError(
+                f"PPO: the default network needs a Discrete action space, got "
+                f"{type(self.env.action_space).__name__}; pass network_factory."
+            )
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // (self.num_envs * self.num_steps)
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.num_envs * self.num_steps // self.num_minibatches
+
+    @property
+    def training_env(self) -> AbstractEnvironment:
+        """The environment as PPO steps it: `AutoReset(EpisodeStatistics(env))`."""
+        return AutoReset(EpisodeStatistics(self.env))
+
+    def make_network(self, key: PRNGKeyArray) -> AbstractActorCritic:
+        """The initial actor-critic: `network_factory(env, key)` or the default MLP."""
+        if self.network_factory is not None:
+            return self.network_factory(self.env, key)
+        observation_size = math.prod(self.env.observation_space.shape)
+        return MLPActorCritic(
+            observation_size,
+            self.env.action_space.num_values,
+            hidden_sizes=self.hidden_sizes,
+            key=key,
+        )
+
+    def make_optimizer(self) -> optax.GradientTransformation:
+        """Global-norm clipping then Adam, with the (optionally annealed) step size
+        injected so that it is logged and sweepable."""
+        updates_per_iteration = self.num_epochs * self.num_minibatches
+        learning_rate = self.learning_rate
+        num_iterations = self.num_iterations
+
+        if self.anneal_lr:
+
+            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
+                completed = (count // updates_per_iteration).astype(jnp.float32)
+                return learning_rate * (1.0 - completed / num_iterations)
+
+        else:
+
+            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
+                del count
+                return learning_rate
+
+        return optax.chain(
+            optax.clip_by_global_norm(self.max_grad_norm),
+            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+        )
+
+    def current_learning_rate(self, optimizer_state: PyTree) -> Float[Array, ""]:
+        """The step size of the latest update, from `make_optimizer`'s state."""
+        adam_state = optimizer_state[1]
+        return jnp.asarray(adam_state.hyperparams["learning_rate"], jnp.float32)
+
+    def init(self, key: PRNGKeyArray) -> PPOState:
+        network_key, reset_key, state_key = jr.split(key, 3)
+        model = self.make_network(network_key)
+        optimizer_state = self.make_optimizer().init(eqx.filter(model, eqx.is_array))
+        env_state, timestep = jax.vmap(self.training_env.reset)(
+            jr.split(reset_key, self.num_envs)
+        )
+        return PPOState(
+            model=model,
+            optimizer_state=optimizer_state,
+            env_state=env_state,
+            timestep=timestep,
+            key=state_key,
+            iteration=jnp.int32(0),
+        )
+
+    def _act_and_step(
+        self,
+        model: AbstractActorCritic,
+        env_state: PyTree,
+        timestep: TimeStep,
+        action_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
+    ) -> tuple[PyTree, TimeStep, Transition]:
+        """One environment: sample an action and step (vmapped over environments)."""
+        distribution, value = model(timestep.observation, timestep.action_mask)
+        action, log_prob = distribution.sample_and_log_prob(action_key)
+        env_state, next_timestep = self.training_env.step(env_state, action, step_key)
+        transition = Transition(
+            observation=timestep.observation,
+            action=action,
+            log_prob=log_prob,
+            value=value,
+            reward=next_timestep.reward,
+            terminated=next_timestep.terminated,
+            truncated=next_timestep.truncated,
+            action_mask=timestep.action_mask,
+            final_observation=next_timestep.extras["final_observation"],
+            extras={
+                "episode_return": next_timestep.extras["episode_return"],
+                "episode_length": next_timestep.extras["episode_length"],
+            },
+        )
+        return env_state, next_timestep, transition
+
+    def _collect(
+        self, state: PPOState, key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep, Transition]:
+        act_and_step = eqx.filter_vmap(self._act_and_step, in_axes=(None, 0, 0, 0, 0))
+
+        def step(carry, step_key):
+            env_state, timestep = carry
+            keys = jr.split(step_key, (self.num_envs, 2))
+            env_state, timestep, transition = act_and_step(
+                state.model, env_state, timestep, keys[:, 0], keys[:, 1]
+            )
+            return (env_state, timestep), transition
+
+        (env_state, timestep), transitions = filter_scan(
+            step, (state.env_state, state.timestep), jr.split(key, self.num_steps)
+        )
+        return env_state, timestep, transitions
+
+    def _loss(
+        self,
+        model: AbstractActorCritic,
+        batch: Transition,
+        advantages: Float[Array, " minibatch"],
+        returns: Float[Array, " minibatch"],
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        def evaluate(observation, action_mask, action):
+            distribution, value = model(observation, action_mask)
+            return distribution.log_prob(action), distribution.entropy(), value
+
+        log_prob, entropy, value = jax.vmap(evaluate)(
+            batch.observation, batch.action_mask, batch.action
+        )
+        log_ratio = log_prob - batch.log_prob
+        ratio = jnp.exp(log_ratio)
+        if self.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_eps, 1.0 + self.clip_eps)
+        policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages)
+        policy_loss = policy_loss.mean()
+        value_error = jnp.square(value - returns)
+        if self.clip_value_loss:
+            clipped_value = batch.value + jnp.clip(
+                value - batch.value, -self.clip_eps, self.clip_eps
+            )
+            value_error = jnp.maximum(value_error, jnp.square(clipped_value - returns))
+        value_loss = 0.5 * value_error.mean()
+        entropy = entropy.mean()
+        total_loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
+        statistics = {
+            "total_loss": total_loss,
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+            "clip_fraction": jnp.mean(
+                (jnp.abs(ratio - 1.0) > self.clip_eps).astype(jnp.float32)
+            ),
+        }
+        return total_loss, statistics
+
+    def train_iteration(self, state: PPOState) -> tuple[PPOState, dict[str, Array]]:
+        """One rollout of `num_steps` x `num_envs` steps, then the PPO updates.
+
+        **Returns:**
+
+        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
+        return of the episodes that ended during the iteration, NaN when none did),
+        `episode_length`, `episode_count`, the losses (`total_loss`, `policy_loss`,
+        `value_loss`), `entropy`, `approx_kl`, `clip_fraction` (averaged over all
+        minibatch updates) and `learning_rate` (of this iteration's last update).
+        """
+        key, collect_key, update_key = jr.split(state.key, 3)
+        env_state, timestep, transitions = self._collect(state, collect_key)
+
+        model = state.model
+        batched_value = jax.vmap(jax.vmap(model.value))
+        last_value = jax.vmap(model.value)(timestep.observation)
+        next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
+        next_values = jnp.where(
+            transitions.truncated,
+            batched_value(transitions.final_observation),
+            next_values,
+        )
+        advantages, returns = compute_gae(
+            transitions.reward,
+            transitions.value,
+            next_values,
+            transitions.terminated,
+            transitions.truncated,
+            self.gamma,
+            self.gae_lambda,
+        )
+
+        batch_size = self.num_envs * self.num_steps
+        flat = jtu.tree_map(
+            lambda x: x.reshape(batch_size, *x.shape[2:]),
+            (transitions, advantages, returns),
+        )
+        optimizer = self.make_optimizer()
+        grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
+
+        def minibatch_update(carry, indices):
+            model, optimizer_state = carry
+            batch, batch_advantages, batch_returns = jtu.tree_map(
+                lambda x: x[indices], flat
+            )
+            (_, statistics), grads = grad_fn(
+                model, batch, batch_advantages, batch_returns
+            )
+            updates, optimizer_state = optimizer.update(
+                grads, optimizer_state, eqx.filter(model, eqx.is_array)
+            )
+            model = eqx.apply_updates(model, updates)
+            return (model, optimizer_state), statistics
+
+        def epoch(carry, epoch_key):
+            permutation = jr.permutation(epoch_key, batch_size)
+            indices = permutation.reshape(self.num_minibatches, self.minibatch_size)
+            return filter_scan(minibatch_update, carry, indices)
+
+        (model, optimizer_state), statistics = filter_scan(
+            epoch,
+            (model, state.optimizer_state),
+            jr.split(update_key, self.num_epochs),
+        )
+        metrics = jtu.tree_map(jnp.mean, statistics)
+        metrics.update(episode_metrics(transitions))
+        metrics["learning_rate"] = self.current_learning_rate(optimizer_state)
+        state = PPOState(
+            model=model,
+            optimizer_state=optimizer_state,
+            env_state=env_state,
+            timestep=timestep,
+            key=key,
+            iteration=state.iteration + 1,
+        )
+        return state, metrics
+
+
+def episode_metrics(transitions: Transition) -> dict[str, Array]:
+    """Mean return and length of the episodes that ended in a rollout, and their count.
+
+    Means are NaN when no episode ended.
+    """
+    done = transitions.terminated | transitions.truncated
+    count = done.sum()
+    denominator = jnp.maximum(count, 1).astype(jnp.float32)
+
+    def mean_over_ended(values: Any) -> Array:
+        total = jnp.where(done, values.astype(jnp.float32), 0.0).sum()
+        return jnp.where(count > 0, total / denominator, jnp.nan)
+
+    return {
+        "episode_return": mean_over_ended(transitions.extras["episode_return"]),
+        "episode_length": mean_over_ended(transitions.extras["episode_length"]),
+        "episode_count": count.astype(jnp.int32),
+    }
+
+
+def _check_range(name: str, value: Array, low: float, high: float) -> None:
+    """Raise a ValueError if a concrete hyperparameter is outside [low, high]."""
+    if isinstance(value, jax.core.Tracer):
+        return  # inside vmap/jit the value is unknown; nothing to check eagerly
+    if value.shape != ():
+        raise ValueError(
+            f"PPO: {name} must be a scalar, got shape {value.shape}; to sweep over "
+            "values, build PPO inside jax.vmap."
+        )
+    number = float(value)
+    if not (low <= number <= high) or math.isnan(number):
+        raise ValueError(f"PPO: {name}={number} must lie in [{low}, {high}].")

@@ -1,0 +1,3 @@
+"""Storage for experience: transitions and rollouts."""
+
+from ._transition import Transition as Transition

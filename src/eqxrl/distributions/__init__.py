@@ -1,0 +1,3 @@
+"""Action distributions on top of distreqx."""
+
+from ._masked_categorical import MaskedCategorical as MaskedCategorical

@@ -1,0 +1,22 @@
+"""Environments: the core types, wrappers, spaces and the built-in environments."""
+
+from ._cartpole import CartPole as CartPole, CartPoleState as CartPoleState
+from ._environment import (
+    AbstractEnvironment as AbstractEnvironment,
+    AbstractWrapper as AbstractWrapper,
+    unwrap as unwrap,
+)
+from ._registry import (
+    make as make,
+    register as register,
+    registered_names as registered_names,
+)
+from ._spaces import AbstractSpace as AbstractSpace, Box as Box, Discrete as Discrete
+from ._types import TimeStep as TimeStep
+from ._wrappers import (
+    AutoReset as AutoReset,
+    EpisodeStatistics as EpisodeStatistics,
+    EpisodeStatisticsState as EpisodeStatisticsState,
+    TimeLimit as TimeLimit,
+    TimeLimitState as TimeLimitState,
+)

@@ -1,0 +1,108 @@
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+
+from ._environment import AbstractEnvironment
+from ._spaces import Box, Discrete
+from ._types import TimeStep
+
+
+def _float32(value: ArrayLike) -> Array:
+    return jnp.asarray(value, dtype=jnp.float32)
+
+
+class CartPoleState(eqx.Module):
+    """The cart-pole's physical state: cart position and velocity, pole angle (radians,
+    0 upright) and angular velocity."""
+
+    x: Float[Array, ""]
+    x_dot: Float[Array, ""]
+    theta: Float[Array, ""]
+    theta_dot: Float[Array, ""]
+
+
+class CartPole(AbstractEnvironment[CartPoleState]):
+    """The classic cart-pole balancing task, with gymnasium `CartPole-v1`'s dynamics.
+
+    Same physics (explicit Euler integration, gymnasium's default), same
+    termination thresholds (|x| > 2.4, |theta| > 12 degrees), same reset distribution
+    (each state variable uniform in [-0.05, 0.05]) and same reward (1 on every step,
+    including the last). Observations are float32 `[x, x_dot, theta, theta_dot]`;
+    actions are 0 (push left) and 1 (push right). There is no time limit:
+    `eqxrl.envs.make("CartPole-v1")` adds gymnasium's 500-step limit.
+
+    Physics constants are float32 array fields, so a `jax.vmap` over a CartPole with
+    batched constants trains on randomized dynamics.
+
+    **Arguments:**
+
+    - `gravity`, `cart_mass`, `pole_mass`, `pole_half_length`, `force_magnitude`,
+      `time_step`: physics, with gymnasium's defaults.
+    """
+
+    gravity: Float[Array, ""] = eqx.field(default=9.8, converter=_float32)
+    cart_mass: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
+    pole_mass: Float[Array, ""] = eqx.field(default=0.1, converter=_float32)
+    pole_half_length: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
+    force_magnitude: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    time_step: Float[Array, ""] = eqx.field(default=0.02, converter=_float32)
+
+    x_threshold = 2.4
+    theta_threshold = 12 * 2 * math.pi / 360
+
+    @property
+    def observation_space(self) -> Box:
+        bound = jnp.array(
+            [2 * self.x_threshold, jnp.inf, 2 * self.theta_threshold, jnp.inf],
+            dtype=jnp.float32,
+        )
+        return Box(-bound, bound)
+
+    @property
+    def action_space(self) -> Discrete:
+        return Discrete(2)
+
+    def reset(self, key: PRNGKeyArray) -> tuple[CartPoleState, TimeStep]:
+        x, x_dot, theta, theta_dot = jr.uniform(key, (4,), minval=-0.05, maxval=0.05)
+        state = CartPoleState(x, x_dot, theta, theta_dot)
+        return state, self._timestep(state, jnp.float32(0.0), jnp.bool_(False))
+
+    def step(
+        self, state: CartPoleState, action: Int[ArrayLike, ""], key: PRNGKeyArray
+    ) -> tuple[CartPoleState, TimeStep]:
+        del key  # deterministic dynamics
+        force = jnp.where(action == 1, self.force_magnitude, -self.force_magnitude)
+        cos_theta = jnp.cos(state.theta)
+        sin_theta = jnp.sin(state.theta)
+        total_mass = self.cart_mass + self.pole_mass
+        pole_mass_length = self.pole_mass * self.pole_half_length
+        temp = (
+            force + pole_mass_length * state.theta_dot**2 * sin_theta
+        ) / total_mass
+        theta_acc = (self.gravity * sin_theta - cos_theta * temp) / (
+            self.pole_half_length
+            * (4.0 / 3.0 - self.pole_mass * cos_theta**2 / total_mass)
+        )
+        x_acc = temp - pole_mass_length * theta_acc * cos_theta / total_mass
+        next_state = CartPoleState(
+            x=state.x + self.time_step * state.x_dot,
+            x_dot=state.x_dot + self.time_step * x_acc,
+            theta=state.theta + self.time_step * state.theta_dot,
+            theta_dot=state.theta_dot + self.time_step * theta_acc,
+        )
+        terminated = (jnp.abs(next_state.x) > self.x_threshold) | (
+            jnp.abs(next_state.theta) > self.theta_threshold
+        )
+        return next_state, self._timestep(next_state, jnp.float32(1.0), terminated)
+
+    def _timestep(self, state: CartPoleState, reward, terminated) -> TimeStep:
+        observation = jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot])
+        return TimeStep(
+            observation=observation,
+            reward=reward,
+            terminated=terminated,
+            truncated=jnp.bool_(False),
+        )

@@ -1,0 +1,61 @@
+from collections.abc import Callable
+
+from ._cartpole import CartPole
+from ._environment import AbstractEnvironment
+from ._wrappers import TimeLimit
+
+_REGISTRY: dict[str, Callable[..., AbstractEnvironment]] = {}
+
+
+def register(name: str, factory: Callable[..., AbstractEnvironment]) -> None:
+    """Make `make(name)` build an environment with `factory(**kwargs)`.
+
+    **Arguments:**
+
+    - `name`: the environment's id, e.g. `"MyEnv-v0"`; must not be taken already.
+    - `factory`: a callable returning an
+      [`AbstractEnvironment`][eqxrl.envs.AbstractEnvironment].
+    """
+    if name in _REGISTRY:
+        raise ValueError(f"An environment named {name!r} is registered already.")
+    _REGISTRY[name] = factory
+
+
+def registered_names() -> list[str]:
+    """The ids that [`make`][eqxrl.envs.make] accepts, sorted."""
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **kwargs) -> AbstractEnvironment:
+    """Build a registered environment by id, with its standard wrappers.
+
+    **Arguments:**
+
+    - `name`: the environment id, e.g. `"CartPole-v1"`.
+    - `**kwargs`: passed to the environment's factory (e.g. physics constants).
+
+    **Returns:**
+
+    The environment; `"CartPole-v1"` is `TimeLimit(CartPole(), 500)`, like gymnasium.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("CartPole-v1")
+        state, timestep = env.reset(jax.random.key(0))
+        ```
+    """
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown environment {name!r}; registered: {registered_names()}."
+        ) from None
+    return factory(**kwargs)
+
+
+def _cartpole_v1(max_episode_steps: int = 500, **kwargs) -> AbstractEnvironment:
+    return TimeLimit(CartPole(**kwargs), max_episode_steps)
+
+
+register("CartPole-v1", _cartpole_v1)

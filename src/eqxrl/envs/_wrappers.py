@@ -1,0 +1,174 @@
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+
+from ._environment import AbstractEnvironment, AbstractWrapper
+from ._spaces import AbstractSpace
+from ._types import TimeStep
+
+
+class TimeLimitState(eqx.Module):
+    """State of [`TimeLimit`][eqxrl.envs.TimeLimit]: the inner state and a step count."""
+
+    env_state: PyTree
+    step_count: Int[Array, ""]
+
+
+class TimeLimit(AbstractWrapper[TimeLimitState]):
+    """Truncate episodes after `max_episode_steps` steps.
+
+    Sets `truncated` (never `terminated`) on the step that reaches the limit, as
+    gymnasium's `TimeLimit` does; a step that both terminates and reaches the limit
+    has both flags set, and termination wins when bootstrapping.
+
+    **Arguments:**
+
+    - `env`: the environment to wrap.
+    - `max_episode_steps`: the step limit, at least 1.
+    """
+
+    env: AbstractEnvironment
+    max_episode_steps: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        if self.max_episode_steps < 1:
+            raise ValueError(
+                f"TimeLimit(max_episode_steps={self.max_episode_steps}): "
+                "the limit must be at least 1."
+            )
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def reset(self, key: PRNGKeyArray) -> tuple[TimeLimitState, TimeStep]:
+        env_state, timestep = self.env.reset(key)
+        return TimeLimitState(env_state, jnp.int32(0)), timestep
+
+    def step(
+        self, state: TimeLimitState, action, key: PRNGKeyArray
+    ) -> tuple[TimeLimitState, TimeStep]:
+        env_state, timestep = self.env.step(state.env_state, action, key)
+        step_count = state.step_count + 1
+        truncated = timestep.truncated | (step_count >= self.max_episode_steps)
+        timestep = eqx.tree_at(lambda t: t.truncated, timestep, truncated)
+        return TimeLimitState(env_state, step_count), timestep
+
+
+class EpisodeStatisticsState(eqx.Module):
+    """State of [`EpisodeStatistics`][eqxrl.envs.EpisodeStatistics]."""
+
+    env_state: PyTree
+    episode_return: Float[Array, ""]
+    episode_length: Int[Array, ""]
+
+
+class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
+    """Track the undiscounted return and length of the running episode.
+
+    Adds `extras["episode_return"]` (float32) and `extras["episode_length"]` (int32):
+    the totals so far, including the current step. On the step where an episode ends
+    they are the episode's final return and length. Put it inside `AutoReset` so that
+    the counters restart with every episode.
+
+    **Arguments:**
+
+    - `env`: the environment to wrap.
+    """
+
+    env: AbstractEnvironment
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def reset(self, key: PRNGKeyArray) -> tuple[EpisodeStatisticsState, TimeStep]:
+        env_state, timestep = self.env.reset(key)
+        state = EpisodeStatisticsState(env_state, jnp.float32(0.0), jnp.int32(0))
+        return state, _with_extras(timestep, state)
+
+    def step(
+        self, state: EpisodeStatisticsState, action, key: PRNGKeyArray
+    ) -> tuple[EpisodeStatisticsState, TimeStep]:
+        env_state, timestep = self.env.step(state.env_state, action, key)
+        state = EpisodeStatisticsState(
+            env_state,
+            state.episode_return + timestep.reward,
+            state.episode_length + 1,
+        )
+        return state, _with_extras(timestep, state)
+
+
+def _with_extras(timestep: TimeStep, state: EpisodeStatisticsState) -> TimeStep:
+    extras = dict(timestep.extras)
+    extras["episode_return"] = state.episode_return
+    extras["episode_length"] = state.episode_length
+    return eqx.tree_at(lambda t: t.extras, timestep, extras)
+
+
+class AutoReset(AbstractWrapper):
+    """Start a new episode as soon as one ends.
+
+    On a step where the inner episode terminates or is truncated, the returned state
+    and `observation` (and `action_mask`) are those of a fresh `reset`, while `reward`,
+    `terminated`, `truncated` and `extras` stay those of the final step. The
+    pre-reset observation is kept in `extras["final_observation"]` (equal to
+    `observation` on every other step), which is what a value function must see to
+    bootstrap through a truncation.
+
+    **Arguments:**
+
+    - `env`: the environment to wrap.
+    """
+
+    env: AbstractEnvironment
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.reset(key)
+        extras = dict(timestep.extras)
+        extras["final_observation"] = timestep.observation
+        return state, eqx.tree_at(lambda t: t.extras, timestep, extras)
+
+    def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        step_key, reset_key = jr.split(key)
+        state, timestep = self.env.step(state, action, step_key)
+        reset_state, reset_timestep = self.env.reset(reset_key)
+        done = timestep.terminated | timestep.truncated
+
+        def select(reset_leaf: Array, leaf: Array) -> Array:
+            return jnp.where(done, reset_leaf, leaf)
+
+        extras = dict(timestep.extras)
+        extras["final_observation"] = timestep.observation
+        next_state = jtu.tree_map(select, reset_state, state)
+        timestep = TimeStep(
+            observation=jtu.tree_map(
+                select, reset_timestep.observation, timestep.observation
+            ),
+            reward=timestep.reward,
+            terminated=timestep.terminated,
+            truncated=timestep.truncated,
+            action_mask=jtu.tree_map(
+                select, reset_timestep.action_mask, timestep.action_mask
+            ),
+            extras=extras,
+        )
+        return next_state, timestep
