@@ -212,7 +212,9 @@ class PPO(AbstractAlgorithm[PPOState]):
 
         return optax.chain(
             optax.clip_by_global_norm(self.max_grad_norm),
-            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+            optax.inject_hyperparams(
+                optax.adam, static_args=("b1", "b2", "eps", "eps_root")
+            )(learning_rate=schedule, eps=1e-5),
         )
 
     def current_learning_rate(self, optimizer_state: PyTree) -> Float[Array, ""]:

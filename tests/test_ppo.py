@@ -1,0 +1,155 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqxrl
+
+# optax.adam computes `b1 ** count` with an int32 count.
+STANDARD_DTYPE_PROMOTION = True
+
+SMALL = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, num_minibatches=2)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return eqxrl.envs.make("CartPole-v1")
+
+
+def test_train_returns_metrics_per_iteration(env):
+    ppo = eqxrl.PPO(env=env, **SMALL)
+    state, metrics = ppo.train(jr.key(0))
+    assert ppo.num_iterations == 3
+    expected = {
+        "episode_return",
+        "episode_length",
+        "episode_count",
+        "total_loss",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "learning_rate",
+    }
+    assert expected <= set(metrics)
+    for name, values in metrics.items():
+        assert values.shape == (3,), name
+    assert metrics["episode_count"].dtype == jnp.int32
+    assert int(state.iteration) == 3
+    for name in expected - {"episode_return", "episode_length"}:
+        assert np.isfinite(metrics[name]).all(), name
+
+
+def test_learning_rate_anneals_linearly(env):
+    ppo = eqxrl.PPO(env=env, learning_rate=1e-3, **SMALL)
+    _, metrics = ppo.train(jr.key(0))
+    np.testing.assert_allclose(metrics["learning_rate"], [1e-3, 2e-3 / 3, 1e-3 / 3])
+    constant = eqxrl.PPO(env=env, learning_rate=1e-3, anneal_lr=False, **SMALL)
+    _, metrics = constant.train(jr.key(0))
+    np.testing.assert_allclose(metrics["learning_rate"], 1e-3)
+
+
+def test_episode_return_is_nan_when_no_episode_ends(env):
+    ppo = eqxrl.PPO(env=env, num_envs=1, num_steps=4, total_timesteps=8)
+    _, metrics = ppo.train(jr.key(0))
+    assert np.isnan(metrics["episode_return"]).all()
+    assert (metrics["episode_count"] == 0).all()
+
+
+def test_same_key_same_result_and_different_keys_differ(env):
+    ppo = eqxrl.PPO(env=env, **SMALL)
+    _, first = ppo.train(jr.key(3))
+    _, again = ppo.train(jr.key(3))
+    _, other = ppo.train(jr.key(4))
+    np.testing.assert_array_equal(first["total_loss"], again["total_loss"])
+    assert not np.array_equal(first["total_loss"], other["total_loss"])
+
+
+def test_compiles_once_for_two_keys_and_two_gammas(env):
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def train(ppo, key):
+        return ppo.train(key)
+
+    results = [
+        train(eqxrl.PPO(env=env, gamma=gamma, **SMALL), jr.key(seed))[1]
+        for gamma in (0.9, 0.99)
+        for seed in (0, 1)
+    ]
+    assert not np.array_equal(results[0]["total_loss"], results[2]["total_loss"])
+    # A structural change is a new program, so it must retrace (and the counter
+    # must notice: this is what makes the assertion above meaningful).
+    with pytest.raises(RuntimeError, match="traced 2 times"):
+        train(eqxrl.PPO(env=env, **{**SMALL, "num_steps": 8}), jr.key(0))
+
+
+def test_vmap_over_seeds_and_over_gammas(env):
+    ppo = eqxrl.PPO(env=env, **SMALL)
+    keys = jr.split(jr.key(0), 3)
+    states, metrics = eqx.filter_vmap(ppo.train)(keys)
+    assert metrics["total_loss"].shape == (3, 3)
+    assert states.iteration.tolist() == [3, 3, 3]
+
+    def train_with_gamma(gamma):
+        return eqxrl.PPO(env=env, gamma=gamma, **SMALL).train(jr.key(0))[1]
+
+    gammas = jnp.array([0.5, 0.9, 0.99, 0.999], jnp.float32)
+    sweep = jax.vmap(train_with_gamma)(gammas)
+    assert sweep["total_loss"].shape == (4, 3)
+    single = train_with_gamma(jnp.float32(0.9))
+    np.testing.assert_allclose(
+        sweep["total_loss"][1], single["total_loss"], rtol=1e-4, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(num_envs=3, num_steps=5, num_minibatches=4), "divisible"),
+        (dict(learning_rate=-1e-3), "learning_rate"),
+        (dict(gamma=1.5), "gamma"),
+        (dict(gae_lambda=-0.1), "gae_lambda"),
+        (dict(clip_eps=-0.2), "clip_eps"),
+        (dict(ent_coef=float("nan")), "ent_coef"),
+        (dict(num_envs=0), "num_envs"),
+        (dict(num_epochs=0), "num_epochs"),
+        (dict(total_timesteps=10), "total_timesteps"),
+        (dict(hidden_sizes=(64, 0)), "hidden_sizes"),
+        (dict(gamma=jnp.array([0.9, 0.99])), "jax.vmap"),
+    ],
+)
+def test_invalid_config_raises(env, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        eqxrl.PPO(env=env, **overrides)
+
+
+def test_rejects_auto_reset_env(env):
+    with pytest.raises(ValueError, match="AutoReset"):
+        eqxrl.PPO(env=eqxrl.envs.AutoReset(env))
+
+
+@pytest.mark.slow
+def test_learns_cartpole_contract_config(env):
+    ppo = eqxrl.PPO(
+        env=env,
+        num_envs=4,
+        num_steps=128,
+        total_timesteps=500_000,
+        num_epochs=4,
+        num_minibatches=4,
+        learning_rate=2.5e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_eps=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+    )
+    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(42), 4))
+    final = np.nanmean(np.asarray(metrics["episode_return"])[:, -10:], axis=1)
+    print("final return per seed:", final)
+    assert (final >= 450).all(), final
+    assert final.mean() >= 475, final

@@ -1,0 +1,96 @@
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqxrl
+from eqxrl.envs import AutoReset, CartPole, EpisodeStatistics, TimeLimit
+
+
+def run(env, num_steps, action=1, seed=0):
+    """Step one environment with a fixed action; stack the timesteps."""
+    state, first = env.reset(jr.key(seed))
+
+    def step(state, key):
+        state, timestep = env.step(state, jnp.int32(action), key)
+        return state, timestep
+
+    _, timesteps = jax.lax.scan(step, state, jr.split(jr.key(seed + 1), num_steps))
+    return first, timesteps
+
+
+def test_time_limit_truncates_only():
+    env = TimeLimit(CartPole(force_magnitude=0.0, gravity=0.0), 7)
+    _, timesteps = run(env, 7)
+    truncated = np.asarray(timesteps.truncated)
+    assert truncated.tolist() == [False] * 6 + [True]
+    assert not np.asarray(timesteps.terminated).any()
+
+
+def test_time_limit_rejects_non_positive_limit():
+    with pytest.raises(ValueError, match="at least 1"):
+        TimeLimit(CartPole(), 0)
+
+
+def test_auto_reset_keeps_final_observation():
+    env = AutoReset(CartPole())  # always pushing right ends the episode quickly
+    first, timesteps = run(env, 200)
+    done = np.asarray(timesteps.terminated)
+    assert done.sum() >= 2
+    t = int(np.argmax(done))
+    final = np.asarray(timesteps.extras["final_observation"][t])
+    observation = np.asarray(timesteps.observation[t])
+    # The final observation is out of bounds; the returned one is a fresh reset.
+    assert abs(final[0]) > 2.4 or abs(final[2]) > 0.2094
+    assert np.abs(observation).max() <= 0.05
+    # On ordinary steps the two agree.
+    not_done = ~done
+    np.testing.assert_array_equal(
+        np.asarray(timesteps.extras["final_observation"])[not_done],
+        np.asarray(timesteps.observation)[not_done],
+    )
+    # reset and step return the same structure (so they can be scanned).
+    assert jax.tree.structure(first) == jax.tree.structure(
+        jax.tree.map(lambda x: x[0], timesteps)
+    )
+
+
+def test_episode_statistics_report_totals_at_episode_end():
+    env = AutoReset(EpisodeStatistics(TimeLimit(CartPole(), 500)))
+    _, timesteps = run(env, 300)
+    done = np.asarray(timesteps.terminated | timesteps.truncated)
+    returns = np.asarray(timesteps.extras["episode_return"])[done]
+    lengths = np.asarray(timesteps.extras["episode_length"])[done]
+    ends = np.flatnonzero(done)
+    expected_lengths = np.diff(np.concatenate([[-1], ends]))
+    np.testing.assert_array_equal(lengths, expected_lengths)
+    np.testing.assert_array_equal(returns, expected_lengths.astype(np.float32))
+
+
+def test_wrappers_forward_spaces():
+    env = eqxrl.envs.make("CartPole-v1")
+    wrapped = AutoReset(EpisodeStatistics(env))
+    assert wrapped.action_space == env.action_space
+    assert wrapped.observation_space.shape == env.observation_space.shape
+    assert [type(e).__name__ for e in eqxrl.envs.unwrap(wrapped)] == [
+        "AutoReset",
+        "EpisodeStatistics",
+        "TimeLimit",
+        "CartPole",
+    ]
+
+
+def test_spaces():
+    space = eqxrl.envs.Discrete(3)
+    samples = jax.vmap(space.sample)(jr.split(jr.key(0), 1000))
+    assert samples.dtype == jnp.int32
+    assert set(np.unique(samples).tolist()) == {0, 1, 2}
+    assert bool(space.contains(2)) and not bool(space.contains(3))
+    with pytest.raises(ValueError, match="num_values"):
+        eqxrl.envs.Discrete(0)
+    box = eqxrl.envs.Box(-1.0, 1.0, shape=(2,))
+    sample = box.sample(jr.key(1))
+    assert sample.shape == (2,) and bool(box.contains(sample))
+    with pytest.raises(ValueError, match="low"):
+        eqxrl.envs.Box(1.0, -1.0)
