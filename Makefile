@@ -2,9 +2,6 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# XLA's CPU client on a 2-core machine: more host threads than cores keeps
-# concurrent LAPACK calls from starving each other (see docs/concepts.md).
-export NPROC ?= 8
 
 .PHONY: demo test lint format docs docs-serve bench bench-peers clean
 

@@ -153,3 +153,33 @@ def test_learns_cartpole_contract_config(env):
     print("final return per seed:", final)
     assert (final >= 450).all(), final
     assert final.mean() >= 475, final
+
+
+def test_policy_acts_from_trained_state(env):
+    ppo = eqxrl.PPO(env=env, **SMALL)
+    state, _ = ppo.train(jr.key(0))
+    observation = jnp.zeros(4, jnp.float32)
+    greedy = ppo.policy(state, deterministic=True)
+    action = greedy.act(observation, jr.key(1))
+    assert action.dtype == jnp.int32 and action.shape == ()
+    assert int(action) == int(greedy.act(observation, jr.key(2)))
+    masked = greedy.act(observation, jr.key(1), jnp.array([True, False]))
+    assert int(masked) == 0
+    sampled = jax.vmap(ppo.policy(state).act, in_axes=(None, 0))(
+        observation, jr.split(jr.key(3), 200)
+    )
+    assert set(np.unique(sampled).tolist()) == {0, 1}
+
+
+def test_rollout_bootstraps_truncation_from_the_final_observation():
+    env = eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 5)
+    ppo = eqxrl.PPO(env=env, num_envs=2, num_steps=12, total_timesteps=24)
+    state = ppo.init(jr.key(0))
+    _, _, transitions, truncated_values = ppo._collect(state, jr.key(1))
+    truncated = np.asarray(transitions.truncated)
+    assert truncated[[4, 9]].all() and truncated.sum() == 4
+    values = np.asarray(truncated_values)
+    assert (values[~truncated] == 0).all()
+    assert (values[truncated] != 0).all()
+    # The bootstrap value is not the value of the reset observation that follows.
+    assert not np.allclose(values[4], np.asarray(transitions.value)[5])

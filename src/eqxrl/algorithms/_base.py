@@ -5,6 +5,7 @@ import equinox as eqx
 from jaxtyping import Array, PRNGKeyArray
 
 from .._filters import filter_scan
+from ..nn import AbstractPolicy
 
 StateT = TypeVar("StateT")
 
@@ -32,6 +33,16 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
     @abc.abstractmethod
     def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
         """One iteration (e.g. one PPO rollout and its updates) and its metrics."""
+
+    @abc.abstractmethod
+    def policy(self, state: StateT, deterministic: bool = False) -> AbstractPolicy:
+        """The policy being trained, from a training state, ready to `act`.
+
+        **Arguments:**
+
+        - `state`: a training state (e.g. the first output of `train`).
+        - `deterministic`: act greedily instead of sampling.
+        """
 
     def train_iterations(
         self, state: StateT, num_iterations: int

@@ -4,6 +4,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
@@ -20,7 +21,7 @@ from ..envs import (
     TimeStep,
     unwrap,
 )
-from ..nn import AbstractActorCritic, MLPActorCritic
+from ..nn import AbstractActorCritic, ActorCriticPolicy, MLPActorCritic
 from ._base import AbstractAlgorithm
 from ._returns import compute_gae
 
@@ -238,6 +239,9 @@ class PPO(AbstractAlgorithm[PPOState]):
             iteration=jnp.int32(0),
         )
 
+    def policy(self, state: PPOState, deterministic: bool = False) -> ActorCriticPolicy:
+        return ActorCriticPolicy(state.model, deterministic)
+
     def _act_and_step(
         self,
         model: AbstractActorCritic,
@@ -259,7 +263,6 @@ class PPO(AbstractAlgorithm[PPOState]):
             terminated=next_timestep.terminated,
             truncated=next_timestep.truncated,
             action_mask=timestep.action_mask,
-            final_observation=next_timestep.extras["final_observation"],
             extras={
                 "episode_return": next_timestep.extras["episode_return"],
                 "episode_length": next_timestep.extras["episode_length"],
@@ -269,21 +272,39 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     def _collect(
         self, state: PPOState, key: PRNGKeyArray
-    ) -> tuple[PyTree, TimeStep, Transition]:
+    ) -> tuple[PyTree, TimeStep, Transition, Float[Array, "num_steps num_envs"]]:
+        """Roll out `num_steps` steps of every environment.
+
+        Also returns, per step, the critic's value of the pre-reset observation where
+        the step truncated an episode (zero elsewhere): what GAE bootstraps from. It
+        is computed only on steps where some environment truncated, so neither the
+        final observations nor a critic pass per step are stored.
+        """
+        model = state.model
         act_and_step = eqx.filter_vmap(self._act_and_step, in_axes=(None, 0, 0, 0, 0))
+        batched_value = jax.vmap(model.value)
 
         def step(carry, step_key):
             env_state, timestep = carry
             keys = jr.split(step_key, (self.num_envs, 2))
             env_state, timestep, transition = act_and_step(
-                state.model, env_state, timestep, keys[:, 0], keys[:, 1]
+                model, env_state, timestep, keys[:, 0], keys[:, 1]
             )
-            return (env_state, timestep), transition
+            truncated_value = lax.cond(
+                jnp.any(transition.truncated),
+                lambda: jnp.where(
+                    transition.truncated,
+                    batched_value(timestep.extras["final_observation"]),
+                    0.0,
+                ),
+                lambda: jnp.zeros(self.num_envs, jnp.float32),
+            )
+            return (env_state, timestep), (transition, truncated_value)
 
-        (env_state, timestep), transitions = filter_scan(
+        (env_state, timestep), (transitions, truncated_values) = filter_scan(
             step, (state.env_state, state.timestep), jr.split(key, self.num_steps)
         )
-        return env_state, timestep, transitions
+        return env_state, timestep, transitions, truncated_values
 
     def _loss(
         self,
@@ -339,17 +360,14 @@ class PPO(AbstractAlgorithm[PPOState]):
         minibatch updates) and `learning_rate` (of this iteration's last update).
         """
         key, collect_key, update_key = jr.split(state.key, 3)
-        env_state, timestep, transitions = self._collect(state, collect_key)
+        env_state, timestep, transitions, truncated_values = self._collect(
+            state, collect_key
+        )
 
         model = state.model
-        batched_value = jax.vmap(jax.vmap(model.value))
         last_value = jax.vmap(model.value)(timestep.observation)
         next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
-        next_values = jnp.where(
-            transitions.truncated,
-            batched_value(transitions.final_observation),
-            next_values,
-        )
+        next_values = jnp.where(transitions.truncated, truncated_values, next_values)
         advantages, returns = compute_gae(
             transitions.reward,
             transitions.value,

@@ -19,8 +19,6 @@ class Transition(eqx.Module):
     - `reward`, `terminated`, `truncated`: what the step returned.
     - `action_mask`: the mask the action was sampled under (`None` if unmasked); the
       update evaluates the policy under the same mask.
-    - `final_observation`: the observation the step led to, before any auto-reset
-      (what a critic must value to bootstrap through truncation).
     - `extras`: per-step statistics from the environment, e.g. `episode_return`.
     """
 
@@ -32,5 +30,4 @@ class Transition(eqx.Module):
     terminated: Bool[Array, ""]
     truncated: Bool[Array, ""]
     action_mask: Bool[Array, " num_actions"] | None
-    final_observation: PyTree[Array]
     extras: dict[str, Any]
