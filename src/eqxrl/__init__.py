@@ -34,5 +34,6 @@ else:
 from .algorithms import (  # noqa: E402
     PPO as PPO,
     AbstractAlgorithm as AbstractAlgorithm,
+    EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
 )

@@ -1,6 +1,10 @@
 """Learning algorithms and the return computations they share."""
 
 from ._base import AbstractAlgorithm as AbstractAlgorithm
+from ._diagnostics import (
+    EntropyCollapseWarning as EntropyCollapseWarning,
+    check_entropy_collapse as check_entropy_collapse,
+)
 from ._ppo import (
     PPO as PPO,
     PPOState as PPOState,

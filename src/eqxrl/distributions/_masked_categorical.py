@@ -1,11 +1,12 @@
-import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 from distreqx.distributions import Categorical
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
+from ._base import AbstractActionDistribution
 
-class MaskedCategorical(eqx.Module):
+
+class MaskedCategorical(AbstractActionDistribution):
     """A categorical distribution over `num_actions` actions, some of which may be invalid.
 
     Built on `distreqx.distributions.Categorical`. Logits of masked (invalid) actions are

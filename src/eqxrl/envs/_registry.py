@@ -2,6 +2,8 @@ from collections.abc import Callable
 
 from ._cartpole import CartPole
 from ._environment import AbstractEnvironment
+from ._grid_maze import GridMaze
+from ._pendulum import Pendulum
 from ._wrappers import TimeLimit
 
 _REGISTRY: dict[str, Callable[..., AbstractEnvironment]] = {}
@@ -36,7 +38,9 @@ def make(name: str, **kwargs) -> AbstractEnvironment:
 
     **Returns:**
 
-    The environment; `"CartPole-v1"` is `TimeLimit(CartPole(), 500)`, like gymnasium.
+    The environment: `"CartPole-v1"` is `TimeLimit(CartPole(), 500)` and
+    `"Pendulum-v1"` is `TimeLimit(Pendulum(), 200)`, like gymnasium;
+    `"GridMaze-v0"` is `TimeLimit(GridMaze(), 50)`.
 
     !!! example
 
@@ -58,4 +62,14 @@ def _cartpole_v1(max_episode_steps: int = 500, **kwargs) -> AbstractEnvironment:
     return TimeLimit(CartPole(**kwargs), max_episode_steps)
 
 
+def _pendulum_v1(max_episode_steps: int = 200, **kwargs) -> AbstractEnvironment:
+    return TimeLimit(Pendulum(**kwargs), max_episode_steps)
+
+
+def _grid_maze_v0(max_episode_steps: int = 50, **kwargs) -> AbstractEnvironment:
+    return TimeLimit(GridMaze(**kwargs), max_episode_steps)
+
+
 register("CartPole-v1", _cartpole_v1)
+register("Pendulum-v1", _pendulum_v1)
+register("GridMaze-v0", _grid_maze_v0)
