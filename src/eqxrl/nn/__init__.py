@@ -1,4 +1,4 @@
-"""Networks: actor-critics, policies, normalization and initializers."""
+"""Networks: actor-critics, Q-networks, policies, normalization and initializers."""
 
 from ._actor_critic import (
     AbstractActorCritic as AbstractActorCritic,
@@ -13,4 +13,12 @@ from ._normalization import (
 from ._policy import (
     AbstractPolicy as AbstractPolicy,
     ActorCriticPolicy as ActorCriticPolicy,
+)
+from ._q_networks import (
+    AbstractQNetwork as AbstractQNetwork,
+    AbstractQuantileNetwork as AbstractQuantileNetwork,
+    EpsilonGreedyPolicy as EpsilonGreedyPolicy,
+    ImplicitQuantileNetwork as ImplicitQuantileNetwork,
+    MLPQNetwork as MLPQNetwork,
+    greedy_action as greedy_action,
 )
