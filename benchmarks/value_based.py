@@ -34,6 +34,7 @@ Run (from the repository root; rejax needs the peers venv):
 """
 
 import argparse
+import importlib.metadata
 import statistics
 import time
 from collections.abc import Callable
@@ -363,8 +364,10 @@ def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
     make = {"DQN": eqxrl_dqn_on_rejax_settings, "IQN": eqxrl_iqn_on_rejax_settings}
     ours = make[name](total_timesteps)
     config = {"DQN": REJAX_DQN, "IQN": REJAX_IQN}[name]
-    print(f"\n{name} on rejax's CartPole settings, {total_timesteps:,} steps, {pairs} "
-          "rounds (A = eqxrl, B = rejax)")
+    print(
+        f"\n{name} on rejax's CartPole settings, {total_timesteps:,} steps, {pairs} "
+        "rounds (A = eqxrl, B = rejax)"
+    )
     print(f"  rejax config: {config}")
     our_run, our_compile = eqxrl_runner(ours)
     peer_run, peer_compile, peer_final = rejax_runner(name, total_timesteps)
@@ -457,9 +460,9 @@ def main() -> None:
         run_buffer_part(args.capacities)
     if "peers" in args.parts:
         try:
-            import rejax
+            import rejax  # noqa: F401
 
-            print(f"\nrejax {rejax.__version__ if hasattr(rejax, '__version__') else ''}")
+            print(f"\nrejax {importlib.metadata.version('rejax')}")
         except ImportError:
             print("\nrejax is not installed: skipping the comparison (use .venv-peers)")
         else:

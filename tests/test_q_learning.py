@@ -22,7 +22,7 @@ SMALL = dict(
     buffer_size=256,
     learning_starts=32,
     total_timesteps=80,
-    target_update_interval=3,
+    target_update_interval=2,
     exploration_fraction=1.0,
     hidden_sizes=(16,),
 )
@@ -129,39 +129,46 @@ def test_compiles_once_for_two_keys_and_two_gammas(env, name):
         train(small(name, env, batch_size=8), jr.key(0))
 
 
-def test_vmap_over_seeds(env):
-    dqn = small("DQN", env)
-    states, metrics = eqx.filter_vmap(dqn.train)(jr.split(jr.key(0), 3))
+def test_vmap_over_seeds_and_gammas(env):
+    def train(key, gamma):
+        return small("DQN", env, gamma=gamma).train(key)
+
+    keys = jr.split(jr.key(0), 3)
+    gammas = jnp.array([0.9, 0.9, 0.99], jnp.float32)
+    states, metrics = eqx.filter_vmap(train)(keys, gammas)
     assert metrics["loss"].shape == (3, 10)
     assert states.iteration.tolist() == [10, 10, 10]
     assert states.buffer.transitions.reward.shape == (3, 64, 4)
     assert not np.array_equal(metrics["loss"][0, 3:], metrics["loss"][1, 3:])
+    # Each member of the batch is the run it stands for.
+    _, single = TRAIN["DQN"](small("DQN", env, gamma=0.99), keys[2])
+    np.testing.assert_allclose(metrics["loss"][2], single["loss"], rtol=1e-4)
 
 
-def test_target_network_hard_and_soft_updates(env):
+def test_target_network_hard_and_soft_updates(env, trained):
+    algorithm, state, _ = trained
+
     def leaves(network):
         return jax.tree.leaves(eqx.filter(network, eqx.is_array))
 
-    # Copied after every update: equal to the online network at the end.
-    state, _ = small("DQN", env, target_update_interval=1, tau=1.0).train(jr.key(0))
+    # tau = 1, a copy every 2 updates (each iteration's last): equal at the end.
     for online, target in zip(leaves(state.network), leaves(state.target_network)):
         np.testing.assert_array_equal(online, target)
-    # tau = 0: never moves from the initial network.
-    dqn = small("DQN", env, tau=0.0)
-    state, _ = TRAIN["DQN"](dqn, jr.key(0))
-    initial = dqn.init(jr.key(0)).network
+    # tau = 0: never moves from the initial network (same compiled program).
+    name = type(algorithm).__name__
+    state, _ = TRAIN[name](small(name, env, tau=0.0), jr.key(0))
+    initial = eqx.filter_jit(algorithm.init)(jr.key(0)).network
     for start, target in zip(leaves(initial), leaves(state.target_network)):
         np.testing.assert_array_equal(start, target)
     assert not all(
-        np.array_equal(a, b)
-        for a, b in zip(leaves(initial), leaves(state.network))
+        np.array_equal(a, b) for a, b in zip(leaves(initial), leaves(state.network))
     )
 
 
 def test_masked_actions_are_never_taken():
     env = eqxrl.envs.make("GridMaze-v0")
-    iqn = eqxrl.IQN(env=env, **{**SMALL_IQN, "total_timesteps": 400})
-    state, metrics = iqn.train(jr.key(0))
+    dqn = eqxrl.DQN(env=env, **{**SMALL, "total_timesteps": 400})
+    state, metrics = dqn.train(jr.key(0))
     assert "invalid_action_count" in metrics
     assert int(metrics["invalid_action_count"].sum()) == 0
     # Masks of the final states are stored for the bootstrap's greedy action.
@@ -172,11 +179,11 @@ def test_masked_actions_are_never_taken():
 
 def test_truncation_bootstraps_from_the_final_observation():
     env = eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 5)
-    config = {**SMALL, "total_timesteps": 24, "num_envs": 2, "learning_starts": 16}
-    dqn = eqxrl.DQN(env=env, **config)
+    dqn = eqxrl.DQN(env=env, **{**SMALL, "num_envs": 2, "train_frequency": 12})
     state = dqn.init(jr.key(0))
-    state, metrics = dqn.train_iterations(state, 6)  # 12 steps per environment
-    data = state.buffer.transitions
+    keys = jr.split(jr.key(1), 3)
+    _, _, buffer, _ = eqx.filter_jit(dqn._collect)(state, *keys)  # 12 steps
+    data = buffer.transitions
     truncated = np.asarray(data.truncated)[:12]
     terminated = np.asarray(data.terminated)[:12]
     assert truncated[[4, 9]].all() and not terminated.any()
@@ -186,7 +193,7 @@ def test_truncation_bootstraps_from_the_final_observation():
     # on the truncated step it is the final observation, not the reset one.
     np.testing.assert_array_equal(next_observation[:4], observation[1:5])
     assert not np.allclose(next_observation[4], observation[5])
-    sample = state.buffer.gather(jnp.arange(24), gamma=0.5)
+    sample = buffer.gather(jnp.arange(24), gamma=0.5)
     discount = np.asarray(sample.discount).reshape(12, 2)
     np.testing.assert_array_equal(discount, 0.5)  # truncation still bootstraps
 

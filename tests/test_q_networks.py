@@ -15,14 +15,27 @@ from eqxrl.nn import (
 
 def test_mlp_q_network_shapes_and_dueling_head():
     network = MLPQNetwork(4, 3, hidden_sizes=(8, 8), key=jr.key(0))
-    q = network(jnp.ones(4))
-    assert q.shape == (3,) and q.dtype == jnp.float32
-    np.testing.assert_array_equal(network.q_values(jnp.ones(4), jr.key(1)), q)
     dueling = MLPQNetwork(4, 3, hidden_sizes=(8,), dueling=True, key=jr.key(0))
-    features = jax.nn.relu(dueling.layers[0](jnp.ones(4)))
-    advantage = dueling.head.advantage(features)
-    expected = dueling.head.value(features) + advantage - advantage.mean()
-    np.testing.assert_allclose(dueling(jnp.ones(4)), expected, rtol=1e-6)
+
+    @jax.jit
+    def compute(network, dueling, observation):
+        features = jax.nn.relu(dueling.layers[0](observation))
+        outputs = dueling.head.linear(features)
+        value, advantage = outputs[0], outputs[1:]
+        expected = value + advantage - advantage.mean()
+        return (
+            network(observation),
+            network.q_values(observation, jr.key(1)),
+            dueling(observation),
+            expected,
+            outputs.shape,
+        )
+
+    q, q_keyed, q_dueling, expected, _ = compute(network, dueling, jnp.ones(4))
+    assert q.shape == (3,) and q.dtype == jnp.float32
+    np.testing.assert_array_equal(q_keyed, q)
+    assert dueling.head.linear.out_features == 4  # value + 3 advantages
+    np.testing.assert_allclose(q_dueling, expected, rtol=1e-6)
     with pytest.raises(ValueError, match="hidden_sizes"):
         MLPQNetwork(4, 3, hidden_sizes=(8, 0), key=jr.key(0))
 
@@ -33,19 +46,26 @@ def test_implicit_quantile_network_embeds_fractions_with_cosines():
     )
     observation = jnp.linspace(-1.0, 1.0, 4)
     fractions = jnp.array([0.1, 0.5, 0.9])
-    quantiles = network.quantile_values(observation, fractions)
-    assert quantiles.shape == (3, 2)
-    # The same computation written out for one fraction.
-    psi = jax.nn.relu(network.torso[0](observation))
-    cosines = jnp.cos(jnp.pi * jnp.arange(1, 6, dtype=jnp.float32) * fractions[1])
-    phi = jax.nn.relu(network.embedding(cosines))
-    hidden = jax.nn.relu(network.hidden[0](psi * phi))
-    np.testing.assert_allclose(quantiles[1], network.head(hidden), rtol=1e-5)
-    # q_values averages K sampled quantiles.
-    q = network.q_values(observation, jr.key(1))
-    sampled = jr.uniform(jr.key(1), (network.num_acting_quantiles,))
-    expected = network.quantile_values(observation, sampled).mean(axis=0)
-    np.testing.assert_allclose(q, expected, rtol=1e-5)
+
+    @jax.jit
+    def compute(network, observation, fractions):
+        quantiles = network.quantile_values(observation, fractions)
+        # The same computation written out for one fraction.
+        psi = jax.nn.relu(network.torso[0](observation))
+        frequencies = jnp.arange(1, 6, dtype=jnp.float32)
+        cosines = jnp.cos(jnp.pi * frequencies * fractions[1])
+        phi = jax.nn.relu(network.embedding(cosines))
+        expected = network.head(jax.nn.relu(network.hidden[0](psi * phi)))
+        # q_values averages K sampled quantiles.
+        q = network.q_values(observation, jr.key(1))
+        sampled = jr.uniform(jr.key(1), (network.num_acting_quantiles,))
+        expected_q = network.quantile_values(observation, sampled).mean(axis=0)
+        return quantiles, expected, q, expected_q
+
+    quantiles, expected, q, expected_q = compute(network, observation, fractions)
+    assert quantiles.shape == (3, 2) and q.shape == (2,)
+    np.testing.assert_allclose(quantiles[1], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(q, expected_q, rtol=1e-5)
 
 
 def test_greedy_action_only_among_valid_actions():
@@ -64,7 +84,8 @@ def test_epsilon_greedy_policy_respects_masks():
 
     def act(epsilon):
         policy = EpsilonGreedyPolicy(network, epsilon)
-        return np.asarray(jax.vmap(policy, in_axes=(None, 0, None))(observation, keys, mask))
+        actions = jax.vmap(policy, in_axes=(None, 0, None))(observation, keys, mask)
+        return np.asarray(actions)
 
     greedy = int(greedy_action(network(observation), mask))
     assert set(act(0.0).tolist()) == {greedy}

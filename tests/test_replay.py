@@ -53,7 +53,7 @@ def fill(capacity, num_steps, num_envs, terminated=None, truncated=None):
 
 
 def test_empty_buffer_shapes_and_capacity():
-    buffer = ReplayBuffer.empty(make_batch(0, 3), 7)
+    buffer = ReplayBuffer.empty(jax.eval_shape(lambda: make_batch(0, 3)), 7)
     assert buffer.capacity == 7 and buffer.num_envs == 3
     assert buffer.transitions.observation.shape == (7, 3, 2)
     assert buffer.transitions.next_action_mask.shape == (7, 3, 3)

@@ -26,8 +26,11 @@ class DQN(AbstractQLearning):
     a truncation, which bootstraps from the episode's final observation. With action
     masks, random, greedy and target actions are all restricted to the valid ones.
 
-    The defaults learn CartPole-v1 (mean return above 400) within 500k steps in about
-    half a minute on a 2-core CPU. Sweepable numbers (`learning_rate`, `gamma`,
+    The defaults learn CartPole-v1: a mean return above 400 within 500k steps (4
+    seeds vmapped in one program: about 30 s on a 2-core CPU). They take one update
+    of 128 transitions per 16 environment steps, 3-step returns, a target copy every
+    50 updates and a Huber threshold of 10 (with 1, Q-values diverged on CartPole,
+    whose returns reach 100). Sweepable numbers (`learning_rate`, `gamma`,
     `tau`, `max_grad_norm`, the exploration schedule) are float32 array leaves: build
     DQN inside `jax.vmap` over a batch of them to train a sweep in one compilation.
 
@@ -52,6 +55,7 @@ class DQN(AbstractQLearning):
     - `anneal_lr`: decay the step size linearly to zero over the updates.
     - `adam_eps`: Adam's epsilon.
     - `max_grad_norm`: global gradient-norm clip.
+    - `huber_delta`: threshold of the Huber loss (`inf`: the squared loss).
     - `gamma`: discount factor.
     - `exploration_initial_eps`, `exploration_final_eps`: the linear epsilon
       schedule's start and end.

@@ -66,8 +66,10 @@ class IQN(AbstractQLearning):
     Collection, replay, targets through truncation and action masking are as in
     [`DQN`][eqxrl.DQN].
 
-    The defaults learn CartPole-v1 (mean return above 400) within 500k steps in
-    about a minute on a 2-core CPU.
+    The defaults learn CartPole-v1: a mean return above 400 within 500k steps (4
+    seeds vmapped in one program: about 2 minutes on a busy 2-core CPU). They take
+    one update of 64 transitions per 32 environment steps with N = N' = K = 8
+    fractions, 3-step returns, a target copy every 50 updates and `kappa = 10`.
 
     **Arguments:**
 
@@ -97,35 +99,35 @@ class IQN(AbstractQLearning):
     """
 
     env: AbstractEnvironment
-    num_envs: int = eqx.field(static=True, default=16)
+    num_envs: int = eqx.field(static=True, default=32)
     total_timesteps: int = eqx.field(static=True, default=500_000)
-    buffer_size: int = eqx.field(static=True, default=100_000)
+    buffer_size: int = eqx.field(static=True, default=10_000)
     learning_starts: int = eqx.field(static=True, default=10_000)
     train_frequency: int = eqx.field(static=True, default=1)
     gradient_steps: int = eqx.field(static=True, default=1)
     batch_size: int = eqx.field(static=True, default=64)
     n_step: int = eqx.field(static=True, default=3)
-    target_update_interval: int = eqx.field(static=True, default=250)
+    target_update_interval: int = eqx.field(static=True, default=50)
     tau: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
     double_q: bool = eqx.field(static=True, default=True)
-    learning_rate: Float[Array, ""] = eqx.field(default=5e-4, converter=_float32)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
     anneal_lr: bool = eqx.field(static=True, default=False)
-    adam_eps: Float[Array, ""] = eqx.field(default=3.125e-4, converter=_float32)
+    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=_float32)
     max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
     gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
     exploration_initial_eps: Float[Array, ""] = eqx.field(
         default=1.0, converter=_float32
     )
     exploration_final_eps: Float[Array, ""] = eqx.field(
-        default=0.02, converter=_float32
+        default=0.05, converter=_float32
     )
-    exploration_fraction: Float[Array, ""] = eqx.field(default=0.2, converter=_float32)
-    num_quantiles: int = eqx.field(static=True, default=32)
-    num_target_quantiles: int = eqx.field(static=True, default=32)
-    num_acting_quantiles: int = eqx.field(static=True, default=32)
-    kappa: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(128, 128))
-    head_sizes: tuple[int, ...] = eqx.field(static=True, default=(128,))
+    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=_float32)
+    num_quantiles: int = eqx.field(static=True, default=8)
+    num_target_quantiles: int = eqx.field(static=True, default=8)
+    num_acting_quantiles: int = eqx.field(static=True, default=8)
+    kappa: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    head_sizes: tuple[int, ...] = eqx.field(static=True, default=(64,))
     num_cosines: int = eqx.field(static=True, default=64)
     dueling: bool = eqx.field(static=True, default=False)
     network_factory: QuantileNetworkFactory | None = eqx.field(
@@ -188,18 +190,27 @@ class IQN(AbstractQLearning):
         quantiles of Z(s, a)})`.
         """
         batch_size = batch.reward.shape[0]
-        fraction_key, target_fraction_key, action_key = jr.split(key, 3)
-        fractions = jr.uniform(fraction_key, (batch_size, self.num_quantiles))
-        target_fractions = jr.uniform(
-            target_fraction_key, (batch_size, self.num_target_quantiles)
+        num_fractions = (
+            self.num_quantiles + self.num_target_quantiles + self.num_acting_quantiles
         )
-        action_keys = jr.split(action_key, batch_size)
+        # All fractions in one PRNG call.
+        uniform = jr.uniform(key, (batch_size, num_fractions), jnp.float32)
+        fractions, target_fractions, acting_fractions = jnp.split(
+            uniform,
+            [self.num_quantiles, self.num_quantiles + self.num_target_quantiles],
+            axis=1,
+        )
 
+        # The bootstrap action: greedy on the mean of K sampled quantiles (of the
+        # online network with double_q, else of the target network).
         greedy_network = (
             jax.lax.stop_gradient(network) if self.double_q else target_network
         )
-        next_values = jax.vmap(greedy_network.q_values)(
-            batch.next_observation, action_keys
+        next_values = jnp.mean(
+            jax.vmap(greedy_network.quantile_values)(
+                batch.next_observation, acting_fractions
+            ),
+            axis=1,
         )
         next_action = jax.vmap(greedy_action)(next_values, batch.next_action_mask)
         next_quantiles = jax.vmap(target_network.quantile_values)(

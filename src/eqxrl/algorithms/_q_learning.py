@@ -23,7 +23,7 @@ from ..envs import (
     TimeStep,
     unwrap,
 )
-from ..nn import AbstractQNetwork, EpsilonGreedyPolicy
+from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
 from ._base import AbstractAlgorithm
 
 
@@ -316,12 +316,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         epsilon: Float[Array, ""],
         env_state: PyTree,
         timestep: TimeStep,
-        action_key: PRNGKeyArray,
+        value_key: PRNGKeyArray,
+        uniform: Float[Array, ""],
         step_key: PRNGKeyArray,
     ) -> tuple[PyTree, TimeStep, ReplayTransition, dict[str, Array]]:
         """One environment: act epsilon-greedily and step (vmapped over envs)."""
-        policy = EpsilonGreedyPolicy(network, epsilon)
-        action = policy(timestep.observation, action_key, timestep.action_mask)
+        q_values = network.q_values(timestep.observation, value_key)
+        action = epsilon_greedy_action(q_values, uniform, epsilon, timestep.action_mask)
         env_state, next_timestep = self.training_env.step(env_state, action, step_key)
         statistics = {
             "done": next_timestep.terminated | next_timestep.truncated,
@@ -334,30 +335,46 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         return env_state, next_timestep, transition, statistics
 
     def _collect(
-        self, state: QLearningState, key: PRNGKeyArray
+        self,
+        state: QLearningState,
+        value_key: PRNGKeyArray,
+        uniform_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
     ) -> tuple[PyTree, TimeStep, ReplayBuffer, dict[str, Array]]:
-        """`train_frequency` steps of every environment, each added to the buffer."""
+        """`train_frequency` steps of every environment, each added to the buffer.
+
+        The randomness of all the steps is drawn up front, in three PRNG calls
+        rather than several per step.
+        """
         act_and_step = eqx.filter_vmap(
-            self._act_and_step, in_axes=(None, None, 0, 0, 0, 0)
+            self._act_and_step, in_axes=(None, None, 0, 0, 0, 0, 0)
         )
         first_step = state.iteration * self.steps_per_iteration
+        shape = (self.train_frequency, self.num_envs)
 
         def step(carry, inputs):
             env_state, timestep, buffer = carry
-            step_key, index = inputs
+            index, value_keys, uniforms, step_keys = inputs
             epsilon = self.epsilon(first_step + index * self.num_envs)
-            keys = jr.split(step_key, (self.num_envs, 2))
             env_state, timestep, transition, statistics = act_and_step(
-                state.network, epsilon, env_state, timestep, keys[:, 0], keys[:, 1]
+                state.network,
+                epsilon,
+                env_state,
+                timestep,
+                value_keys,
+                uniforms,
+                step_keys,
             )
             return (env_state, timestep, buffer.add(transition)), statistics
 
-        (env_state, timestep, buffer), statistics = filter_scan(
+        (env_state, timestep, buffer), statistics = _scan(
             step,
             (state.env_state, state.timestep, state.buffer),
             (
-                jr.split(key, self.train_frequency),
                 jnp.arange(self.train_frequency, dtype=jnp.int32),
+                jr.split(value_key, shape),
+                jr.uniform(uniform_key, shape, jnp.float32),
+                jr.split(step_key, shape),
             ),
         )
         return env_state, timestep, buffer, statistics
@@ -369,7 +386,8 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         optimizer_state: PyTree,
         num_updates: Int[Array, ""],
         buffer: ReplayBuffer,
-        key: PRNGKeyArray,
+        sample_key: PRNGKeyArray,
+        loss_key: PRNGKeyArray,
     ) -> tuple[AbstractQNetwork, AbstractQNetwork, PyTree, dict[str, Array]]:
         """`gradient_steps` minibatch updates, each followed by a target update when
         due."""
@@ -383,27 +401,31 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
 
         def gradient_step(carry, inputs):
             network, target_network, optimizer_state = carry
-            step_key, update_index = inputs
-            sample_key, loss_key = jr.split(step_key)
-            batch = buffer.sample(
-                sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
-            )
+            index, loss_key, update_index = inputs
+            batch = buffer.gather(index, n_step=self.n_step, gamma=self.gamma)
             (_, statistics), grads = grad_fn(network, target_network, batch, loss_key)
             params = eqx.filter(network, eqx.is_array)
             updates, optimizer_state = optimizer.update(grads, optimizer_state, params)
             network = eqx.apply_updates(network, updates)
             online, static = eqx.partition(network, eqx.is_array)
             target, _ = eqx.partition(target_network, eqx.is_array)
-            due = (update_index + 1) % self.target_update_interval == 0
-            target = lax.cond(due, soft_update, lambda _, t: t, online, target)
+            if self.target_update_interval == 1:
+                target = soft_update(online, target)
+            else:
+                due = (update_index + 1) % self.target_update_interval == 0
+                target = lax.cond(due, soft_update, lambda _, t: t, online, target)
             target_network = eqx.combine(target, static)
             return (network, target_network, optimizer_state), statistics
 
-        (network, target_network, optimizer_state), statistics = filter_scan(
+        (network, target_network, optimizer_state), statistics = _scan(
             gradient_step,
             (network, target_network, optimizer_state),
             (
-                jr.split(key, self.gradient_steps),
+                # All minibatches of the iteration drawn at once (one PRNG call).
+                buffer.sample_indices(
+                    sample_key, (self.gradient_steps, self.batch_size)
+                ),
+                jr.split(loss_key, self.gradient_steps),
                 num_updates + jnp.arange(self.gradient_steps, dtype=jnp.int32),
             ),
         )
@@ -425,8 +447,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         `epsilon` (of the iteration's last step), `learning_rate`, and with action
         masks `invalid_action_count` (always 0: masked actions are never taken).
         """
-        key, collect_key, update_key = jr.split(state.key, 3)
-        env_state, timestep, buffer, statistics = self._collect(state, collect_key)
+        # The iteration's keys in one PRNG call.
+        key, value_key, uniform_key, step_key, sample_key, loss_key = jr.split(
+            state.key, 6
+        )
+        env_state, timestep, buffer, statistics = self._collect(
+            state, value_key, uniform_key, step_key
+        )
 
         collected = (state.iteration + 1) * self.steps_per_iteration
         learning = collected >= self.learning_starts
@@ -442,7 +469,8 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 optimizer_state,
                 state.num_updates,
                 buffer,
-                update_key,
+                sample_key,
+                loss_key,
             )
             return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
 
@@ -450,11 +478,11 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             # NaN statistics shaped like the loss's (traced abstractly: no compute).
             def loss_statistics():
                 batch = buffer.sample(
-                    update_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
+                    sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
                 )
-                return self.loss(
-                    state.network, state.target_network, batch, update_key
-                )[1]
+                network, target_network = state.network, state.target_network
+                _, statistics = self.loss(network, target_network, batch, loss_key)
+                return statistics
 
             shapes = jax.eval_shape(loss_statistics)
             nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
@@ -486,6 +514,16 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             num_updates=num_updates.astype(jnp.int32),
         )
         return state, metrics
+
+
+def _scan(body, init, xs):
+    """`filter_scan`, or for a single step the body itself (with outputs given the
+    leading length-1 axis a scan would add): XLA keeps even a one-trip loop."""
+    length = jtu.tree_leaves(xs)[0].shape[0]
+    if length != 1:
+        return filter_scan(body, init, xs)
+    carry, output = body(init, jtu.tree_map(lambda x: x[0], xs))
+    return carry, jtu.tree_map(lambda x: x[None], output)
 
 
 def _episode_metrics(statistics: dict[str, Array]) -> dict[str, Array]:

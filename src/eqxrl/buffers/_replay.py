@@ -178,19 +178,19 @@ class ReplayBuffer(eqx.Module):
                 f"ReplayBuffer.empty: capacity={capacity!r} must be a positive integer."
             )
         leaves = jtu.tree_leaves(example)
-        if not leaves or any(jnp.ndim(leaf) < 1 for leaf in leaves):
+        if not leaves or any(len(leaf.shape) < 1 for leaf in leaves):
             raise ValueError(
                 "ReplayBuffer.empty: example must be a batch of transitions, with a "
                 "leading num_envs axis on every leaf."
             )
-        num_envs = jnp.shape(example.reward)[0]
-        if any(jnp.shape(leaf)[0] != num_envs for leaf in leaves):
+        num_envs = example.reward.shape[0]
+        if any(leaf.shape[0] != num_envs for leaf in leaves):
             raise ValueError(
                 "ReplayBuffer.empty: every leaf of example must have the same leading "
                 f"num_envs axis ({num_envs})."
             )
         transitions = jtu.tree_map(
-            lambda leaf: jnp.zeros((capacity, *jnp.shape(leaf)), leaf.dtype), example
+            lambda leaf: jnp.zeros((capacity, *leaf.shape), leaf.dtype), example
         )
         return cls(transitions, jnp.int32(0), jnp.int32(0))
 
@@ -270,14 +270,28 @@ class ReplayBuffer(eqx.Module):
         A [`ReplaySample`][eqxrl.buffers.ReplaySample] with `[batch_size, ...]`
         leaves.
         """
+        index = self.sample_indices(key, (batch_size,))
+        return self.gather(index, n_step=n_step, gamma=gamma, frame_stack=frame_stack)
+
+    def sample_indices(
+        self, key: PRNGKeyArray, shape: tuple[int, ...]
+    ) -> Int[Array, "..."]:
+        """Uniformly random indices of stored transitions, for
+        [`gather`][eqxrl.buffers.ReplayBuffer.gather] (e.g. all the minibatches of
+        several updates in one call). An empty buffer is an error, as in `sample`.
+
+        **Arguments:**
+
+        - `key`: a PRNG key.
+        - `shape`: the shape of the int32 index array.
+        """
         size = eqx.error_if(
             self.size,
             self.size == 0,
             "ReplayBuffer.sample: the buffer is empty; add transitions before "
             "sampling (e.g. start learning after learning_starts steps).",
         )
-        index = jr.randint(key, (batch_size,), 0, size * self.num_envs)
-        return self.gather(index, n_step=n_step, gamma=gamma, frame_stack=frame_stack)
+        return jr.randint(key, shape, 0, size * self.num_envs, jnp.int32)
 
     def gather(
         self,

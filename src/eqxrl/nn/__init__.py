@@ -20,5 +20,6 @@ from ._q_networks import (
     EpsilonGreedyPolicy as EpsilonGreedyPolicy,
     ImplicitQuantileNetwork as ImplicitQuantileNetwork,
     MLPQNetwork as MLPQNetwork,
+    epsilon_greedy_action as epsilon_greedy_action,
     greedy_action as greedy_action,
 )

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from ..distributions import MaskedCategorical
 from ._policy import AbstractPolicy
 
 
@@ -59,21 +58,22 @@ def _check_sizes(name: str, **sizes: int | Sequence[int]) -> None:
 
 
 class _DuelingOrPlainHead(eqx.Module):
-    """Action values from features: one linear layer, or value + centred advantage."""
+    """Action values from features: one linear layer, or (dueling) a state value and
+    centred advantages from one linear layer with an extra output."""
 
-    advantage: eqx.nn.Linear
-    value: eqx.nn.Linear | None
+    linear: eqx.nn.Linear
+    dueling: bool = eqx.field(static=True)
 
     def __init__(self, in_size: int, num_actions: int, dueling: bool, key):
-        advantage_key, value_key = jr.split(key)
-        self.advantage = _linear(in_size, num_actions, advantage_key)
-        self.value = _linear(in_size, 1, value_key) if dueling else None
+        self.linear = _linear(in_size, num_actions + int(dueling), key)
+        self.dueling = dueling
 
     def __call__(self, features: Float[Array, " features"]) -> Float[Array, " actions"]:
-        advantage = self.advantage(features)
-        if self.value is None:
-            return advantage
-        return self.value(features) + advantage - jnp.mean(advantage)
+        outputs = self.linear(features)
+        if not self.dueling:
+            return outputs
+        value, advantage = outputs[0], outputs[1:]
+        return value + advantage - jnp.mean(advantage)
 
 
 class MLPQNetwork(AbstractQNetwork):
@@ -300,21 +300,57 @@ class EpsilonGreedyPolicy(AbstractPolicy):
         key: PRNGKeyArray,
         action_mask: Bool[Array, " num_actions"] | None = None,
     ) -> Int[Array, ""]:
-        value_key, explore_key, random_key = jr.split(key, 3)
+        value_key, uniform_key = jr.split(key)
         q_values = self.network.q_values(observation, value_key)
-        greedy = greedy_action(q_values, action_mask)
-        random = _random_action(random_key, q_values.shape[0], action_mask)
-        explore = jr.uniform(explore_key, (), jnp.float32) < self.epsilon
-        return jnp.where(explore, random, greedy)
+        uniform = jr.uniform(uniform_key, (), jnp.float32)
+        return epsilon_greedy_action(q_values, uniform, self.epsilon, action_mask)
 
 
-def _random_action(
-    key: PRNGKeyArray,
-    num_actions: int,
-    action_mask: Bool[ArrayLike, " num_actions"] | None,
+def epsilon_greedy_action(
+    q_values: Float[Array, " num_actions"],
+    uniform: Float[ArrayLike, ""],
+    epsilon: Float[ArrayLike, ""],
+    action_mask: Bool[Array, " num_actions"] | None = None,
 ) -> Int[Array, ""]:
-    """A uniformly random valid action (int32)."""
+    """The epsilon-greedy action for given action values and one uniform number.
+
+    With `u = uniform` (uniform on `[0, 1)`): if `u < epsilon`, a random valid action,
+    chosen by `u / epsilon` (itself uniform on `[0, 1)` given `u < epsilon`); else the
+    greedy valid action. One random number per decision lets an algorithm draw all
+    of them at once.
+
+    **Arguments:**
+
+    - `q_values`: one value per action.
+    - `uniform`: a float32 number uniform on `[0, 1)`.
+    - `epsilon`: the probability of a random action.
+    - `action_mask`: `True` for valid actions, or `None` (all valid).
+
+    **Returns:**
+
+    The action (int32).
+    """
+    uniform = jnp.asarray(uniform, jnp.float32)
+    epsilon = jnp.asarray(epsilon, jnp.float32)
+    greedy = greedy_action(q_values, action_mask)
+    explore = uniform < epsilon
+    fraction = jnp.where(explore, uniform / jnp.maximum(epsilon, 1e-30), 0.0)
+    random = _uniform_action(fraction, q_values.shape[0], action_mask)
+    return jnp.where(explore, random, greedy)
+
+
+def _uniform_action(
+    fraction: Float[Array, ""],
+    num_actions: int,
+    action_mask: Bool[Array, " num_actions"] | None,
+) -> Int[Array, ""]:
+    """The action at `fraction` (uniform on [0, 1)) of the valid actions (int32):
+    uniformly random among them. With no valid action, action 0."""
     if action_mask is None:
-        return jr.randint(key, (), 0, num_actions, jnp.int32)
-    logits = jnp.zeros(num_actions, jnp.float32)
-    return MaskedCategorical(logits, jnp.asarray(action_mask)).sample(key)
+        index = jnp.floor(fraction * num_actions).astype(jnp.int32)
+        return jnp.minimum(index, num_actions - 1)
+    num_valid = jnp.sum(action_mask.astype(jnp.int32))
+    rank = jnp.floor(fraction * num_valid.astype(jnp.float32)).astype(jnp.int32)
+    rank = jnp.minimum(rank, num_valid - 1)
+    position = jnp.cumsum(action_mask.astype(jnp.int32)) - 1  # rank of each valid
+    return jnp.argmax(action_mask & (position == rank)).astype(jnp.int32)
