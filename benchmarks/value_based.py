@@ -214,7 +214,8 @@ REJAX_IQN = dict(
 def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
     """eqxrl's DQN with rejax's CartPole DQN numbers: 10 envs, 5 updates of batch
     100 per step of all envs, dueling 64x64 swish network, Polyak 0.98 once per
-    iteration, squared loss (an infinite Huber threshold), lr 1e-3."""
+    iteration, 1-step targets, squared loss (an infinite Huber threshold), lr
+    1e-3."""
 
     def network(env, key):
         return eqxrl.nn.MLPQNetwork(
@@ -230,6 +231,7 @@ def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
         train_frequency=1,
         gradient_steps=5,
         batch_size=100,
+        n_step=1,
         target_update_interval=5,
         tau=0.02,
         double_q=True,

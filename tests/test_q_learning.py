@@ -230,6 +230,49 @@ def test_invalid_environments_raise(env):
         eqxrl.IQN(env=env, kappa=0.0)
 
 
+def test_dqn_loss_is_huber_and_squared_at_infinite_threshold(env):
+    from eqxrl.buffers import ReplaySample
+
+    def example(i):
+        observation = jnp.full(4, i, jnp.float32) * 0.1
+        return ReplaySample(
+            observation=observation,
+            action=i % 2,
+            reward=jnp.float32(1.0) * i,
+            discount=jnp.where(i % 3 == 0, 0.0, 0.9).astype(jnp.float32),
+            next_observation=observation + 0.05,
+            next_action_mask=None,
+            num_steps=jnp.int32(1),
+        )
+
+    batch = jax.vmap(example)(jnp.arange(8, dtype=jnp.int32))
+
+    @jax.jit
+    def losses(delta):
+        dqn = small("DQN", env, huber_delta=delta)
+        network = dqn.make_network(jr.key(0))
+        target_network = dqn.make_network(jr.key(1))
+        loss_fn = eqx.filter_value_and_grad(
+            lambda n: dqn.loss(n, target_network, batch, jr.key(2))[0]
+        )
+        loss, grads = loss_fn(network)
+        q = jax.vmap(network)(batch.observation)
+        next_action = jnp.argmax(jax.vmap(network)(batch.next_observation), axis=1)
+        next_q = jax.vmap(target_network)(batch.next_observation)
+        target = batch.reward + batch.discount * next_q[jnp.arange(8), next_action]
+        error = q[jnp.arange(8), batch.action] - target
+        return loss, error, jax.tree.leaves(eqx.filter(grads, eqx.is_array))
+
+    loss, error, grads = losses(jnp.float32(jnp.inf))
+    np.testing.assert_allclose(loss, np.mean(0.5 * np.square(error)), rtol=1e-5)
+    assert all(np.isfinite(g).all() for g in grads)
+    loss, error, _ = losses(jnp.float32(1.0))
+    magnitude = np.abs(error)
+    huber = np.where(magnitude <= 1.0, 0.5 * np.square(error), magnitude - 0.5)
+    assert (magnitude > 1.0).any() and (magnitude <= 1.0).any()
+    np.testing.assert_allclose(loss, np.mean(huber), rtol=1e-5)
+
+
 def test_quantile_huber_loss_matches_the_formula():
     rng = np.random.default_rng(0)
     td = rng.normal(scale=2.0, size=(5, 7)).astype(np.float32)

@@ -3,7 +3,6 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..buffers import ReplaySample
@@ -156,5 +155,15 @@ class DQN(AbstractQLearning):
         predicted = jnp.take_along_axis(
             values(network)(batch.observation, key), batch.action[:, None], axis=1
         )[:, 0]
-        loss = jnp.mean(optax.huber_loss(predicted, target, delta=self.huber_delta))
+        loss = jnp.mean(_huber(predicted - target, self.huber_delta))
         return loss, {"loss": loss, "q_value": jnp.mean(predicted)}
+
+
+def _huber(error: Float[Array, " batch"], delta: Float[Array, ""]) -> Array:
+    """The Huber loss `e**2 / 2` for `|e| <= delta`, `delta * (|e| - delta / 2)`
+    beyond; with `delta = inf` exactly the squared loss (no `inf * 0`, also in the
+    gradient)."""
+    magnitude = jnp.abs(error)
+    quadratic = jnp.minimum(magnitude, delta)
+    linear = magnitude - quadratic
+    return 0.5 * quadratic**2 + jnp.where(linear > 0, delta, 0.0) * linear
