@@ -70,14 +70,15 @@ def _train_seeds(ppo: eqxrl.PPO, keys):
 
 def compile_eqxrl_ppo(
     config_name: str,
-) -> tuple[Callable[[int], tuple[float, np.ndarray]], float, int]:
+) -> tuple[Callable[[int], tuple[float, np.ndarray, eqxrl.PPOState]], float, int]:
     """Compile a whole eqxrl PPO run of a named configuration.
 
     **Returns:**
 
     `(run, compile_seconds, env_steps)`: `run(seed)` trains once (all seeds of the
-    configuration, keys derived from `seed`) and returns `(seconds, returns)`, with
-    `returns` the final return of each seed (shape `[num_seeds]`); `env_steps`
+    configuration, keys derived from `seed`) and returns `(seconds, returns,
+    state)`: `returns` is the final return of each seed (shape `[num_seeds]`) and
+    `state` the final training state (batched over seeds for `seeds8`). `env_steps`
     counts the environment steps of one `run`, over all seeds.
     """
     ppo = make_ppo(config_name)
@@ -97,12 +98,12 @@ def compile_eqxrl_ppo(
     compiled = train.lower(ppo, make_key(0)).compile()
     compile_seconds = time.perf_counter() - start
 
-    def run(seed: int) -> tuple[float, np.ndarray]:
+    def run(seed: int) -> tuple[float, np.ndarray, eqxrl.PPOState]:
         key = make_key(seed)
         start = time.perf_counter()
-        _, episode_returns = jax.block_until_ready(compiled(ppo, key))
+        state, episode_returns = jax.block_until_ready(compiled(ppo, key))
         seconds = time.perf_counter() - start
-        return seconds, np.atleast_1d(final_return(episode_returns))
+        return seconds, np.atleast_1d(final_return(episode_returns)), state
 
     env_steps = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
     return run, compile_seconds, env_steps
@@ -125,10 +126,10 @@ def measure_eqxrl_ppo(config_name: str, repeats: int = DEFAULT_REPEATS) -> dict:
     timed runs).
     """
     run, compile_seconds, env_steps = compile_eqxrl_ppo(config_name)
-    warmup_seconds, _ = run(0)
+    warmup_seconds, _, _ = run(0)
     seconds, returns = [], []
     for seed in range(1, repeats + 1):
-        elapsed, seed_returns = run(seed)
+        elapsed, seed_returns, _ = run(seed)
         seconds.append(elapsed)
         returns.append(seed_returns)
     rates = [env_steps / s for s in seconds]

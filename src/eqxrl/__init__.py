@@ -36,4 +36,6 @@ from .algorithms import (  # noqa: E402
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
+    TrainResult as TrainResult,
+    train as train,
 )

@@ -10,4 +10,10 @@ from ._ppo import (
     PPOState as PPOState,
     episode_metrics as episode_metrics,
 )
+from ._registry import (
+    algorithm_names as algorithm_names,
+    get_algorithm as get_algorithm,
+    register_algorithm as register_algorithm,
+)
 from ._returns import compute_gae as compute_gae
+from ._train import TrainResult as TrainResult, train as train

@@ -200,6 +200,7 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     @property
     def minibatch_size(self) -> int:
+        """Transitions per minibatch: `num_envs * num_steps // num_minibatches`."""
         return self.num_envs * self.num_steps // self.num_minibatches
 
     @property
@@ -490,9 +491,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
         observation_statistics = state.observation_statistics
         if observation_statistics is not None:
-            observation_statistics = observation_statistics.update(
-                flat[0].observation
-            )
+            observation_statistics = observation_statistics.update(flat[0].observation)
         metrics = jtu.tree_map(jnp.mean, statistics)
         metrics.update(episode_metrics(transitions))
         if transitions.action_mask is not None:

@@ -10,7 +10,7 @@ from ._types import TimeStep
 
 
 class TimeLimitState(eqx.Module):
-    """State of [`TimeLimit`][eqxrl.envs.TimeLimit]: the inner state and a step count."""
+    """State of [`TimeLimit`][eqxrl.envs.TimeLimit]: inner state and step count."""
 
     env_state: PyTree
     step_count: Int[Array, ""]
@@ -229,11 +229,15 @@ class RescaleAction(AbstractWrapper):
     def __check_init__(self):
         space = self.env.action_space
         if not isinstance(space, Box):
-            raise ValueError("RescaleAction needs an environment with a Box action space.")
+            raise ValueError(
+                "RescaleAction needs an environment with a Box action space."
+            )
         if not (jnp.isfinite(space.low).all() and jnp.isfinite(space.high).all()):
             raise ValueError("RescaleAction needs finite action bounds.")
         if not self.low < self.high:
-            raise ValueError(f"RescaleAction: low={self.low} must be < high={self.high}.")
+            raise ValueError(
+                f"RescaleAction: low={self.low} must be < high={self.high}."
+            )
 
     @property
     def observation_space(self) -> AbstractSpace:
@@ -253,4 +257,6 @@ class RescaleAction(AbstractWrapper):
         fraction = (jnp.clip(action, self.low, self.high) - self.low) / (
             self.high - self.low
         )
-        return self.env.step(state, space.low + fraction * (space.high - space.low), key)
+        return self.env.step(
+            state, space.low + fraction * (space.high - space.low), key
+        )
