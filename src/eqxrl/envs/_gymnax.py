@@ -73,7 +73,10 @@ def _params_without_time_limit(params: PyTree) -> PyTree | None:
     ):
         return None
     limit = params.max_steps_in_episode
-    lifted = float(_NO_LIMIT) if isinstance(limit, float) else jnp.int32(_NO_LIMIT)
+    if isinstance(limit, int | float):  # keep Python numbers Python numbers
+        lifted = type(limit)(_NO_LIMIT)
+    else:
+        lifted = jnp.full_like(limit, _NO_LIMIT)
     return dataclasses.replace(params, max_steps_in_episode=lifted)
 
 
@@ -320,7 +323,7 @@ class ToGymnax:
             terminated=timestep.terminated,
             truncated=timestep.truncated,
             final_observation=final_observation,
-            discount=1.0 - timestep.terminated.astype(jnp.float32),
+            discount=(~timestep.terminated).astype(jnp.float32),
         )
         if timestep.action_mask is not None:
             info["action_mask"] = timestep.action_mask
@@ -358,7 +361,9 @@ class ToGymnax:
         """
         env = AutoReset(self._env(params))
         state, timestep = env.step(state, action, key)
-        final_observation = timestep.extras.pop("final_observation")
+        extras = dict(timestep.extras)
+        final_observation = extras.pop("final_observation")
+        timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
         return self._outputs(state, timestep, final_observation)
 
     def observation_space(self, params: PyTree | None = None) -> Any:
