@@ -52,8 +52,10 @@ def ppo_from_sb3(
     SB3 counts `batch_size` in samples, eqxrl counts minibatches; SB3 keeps the
     learning rate constant unless given a schedule (`linear_learning_rate=True` is
     the RL Zoo's `lin_<value>`); SB3 does not clip the value loss by default
-    (`clip_range_vf=None`). SB3's default `MlpPolicy` for PPO is eqxrl's default
-    network: separate 64x64 tanh actor and critic, orthogonal initialization.
+    (`clip_range_vf=None`); SB3's value loss is the mean squared error and eqxrl's
+    is half of it (as in PureJaxRL and CleanRL), so `vf_coef` doubles. SB3's default
+    `MlpPolicy` for PPO is eqxrl's default network: separate 64x64 tanh actor and
+    critic, orthogonal initialization; both use Adam with eps 1e-5.
     """
     rollout_size = n_envs * n_steps
     if rollout_size % batch_size:
@@ -71,7 +73,7 @@ def ppo_from_sb3(
         clip_eps=clip_range,
         clip_value_loss=False,
         ent_coef=ent_coef,
-        vf_coef=vf_coef,
+        vf_coef=2 * vf_coef,
         max_grad_norm=max_grad_norm,
         total_timesteps=total_timesteps,
     )
