@@ -6,8 +6,8 @@ each side and the median and best ratio (pure JAX / bridge, per pair):
 
 - `env`: environment steps per second of a random-action rollout, `num_envs`
   auto-resetting environments x `num_steps` steps in one `lax.scan` (vmapped over
-  environments), for `eqxrl.envs.from_gymnasium("CartPole-v1")` and
-  `eqxrl.envs.make("CartPole-v1")`.
+  environments; observations are consumed, as a policy would), for
+  `eqxrl.envs.from_gymnasium("CartPole-v1")` and `eqxrl.envs.make("CartPole-v1")`.
 - `ppo`: environment steps per second of `eqxrl.PPO` training with the same config
   on both (4 envs x 128 steps, 4 epochs x 4 minibatches, the PPO defaults), over
   `--iterations` iterations.
@@ -48,7 +48,9 @@ def rollout_runner(env: eqxrl.envs.AbstractEnvironment, num_envs: int, steps: in
             state, timestep = jax.vmap(env.step)(
                 state, actions, jr.split(step_key, num_envs)
             )
-            return (state, timestep), timestep.reward.sum()
+            # Use the observation, as a policy would: otherwise XLA drops the
+            # (unused) reset observations and with them the bridge's reset calls.
+            return (state, timestep), timestep.observation.sum() + timestep.reward.sum()
 
         _, rewards = jax.lax.scan(body, (state, timestep), jr.split(key, steps))
         return rewards.sum()
