@@ -35,4 +35,5 @@ from ._wrappers import (
     RescaleAction as RescaleAction,
     TimeLimit as TimeLimit,
     TimeLimitState as TimeLimitState,
+    step_with_auto_reset as step_with_auto_reset,
 )
