@@ -217,8 +217,9 @@ def test_unwritable_output_folder(capsys, tmp_path):
 def test_config_files(capsys, tmp_path, suffix):
     if suffix == ".toml":
         text = (
-            'algo = "random_search"\niterations = 6\nstep-size = 0.5\n'
-            "widths = [2, 2]\n\n[trainer]\nchunk_size = 3\n"
+            'env = "Corridor-test-v0"\nalgo = "random_search"\niterations = 6\n'
+            "step-size = 0.5\n\n[random_search]\nwidths = [2, 2]\n\n[trainer]\n"
+            "chunk_size = 3\n"
         )
     else:
         text = (
@@ -228,7 +229,8 @@ def test_config_files(capsys, tmp_path, suffix):
     config = tmp_path / f"run{suffix}"
     config.write_text(text)
     out = tmp_path / "run"
-    argv = ["train", "Corridor-test-v0", "--config", str(config), "--out", str(out)]
+    env = [] if suffix == ".toml" else ["Corridor-test-v0"]  # the TOML names it
+    argv = ["train", *env, "--config", str(config), "--out", str(out)]
     code, _, err = run(capsys, *argv, "--step-size", "0.25", "--eval-episodes", "1")
     assert code == 0, err
     written = json.loads((out / "config.json").read_text())
@@ -299,6 +301,7 @@ def test_list_and_entry_points(capsys, monkeypatch):
     )
     assert pyproject["project"]["scripts"]["eqxrl"] == "eqxrl.training:main"
     monkeypatch.setattr(sys, "argv", ["eqxrl", "list"])
+    monkeypatch.delitem(sys.modules, "eqxrl.__main__", raising=False)
     with pytest.raises(SystemExit) as exit:
         runpy.run_module("eqxrl", run_name="__main__")
     assert exit.value.code == 0

@@ -202,7 +202,8 @@ def test_loggers_receive_rows_and_summaries(toy, tmp_path):
         ({"chunk_size": 0}, "chunk_size=0"),
         ({"checkpoint_every": 0}, "checkpoint_every=0"),
         ({"num_seeds": -2}, "num_seeds=-2"),
-        ({"eval_episodes": 0}, "eval_episodes=0"),
+        ({"eval_episodes": -1}, "eval_episodes=-1"),
+        ({"eval_every": 5, "eval_episodes": 0}, "eval_every needs eval_episodes"),
         ({"env_kwargs": {"length": 3}}, "env_kwargs needs env_name"),
     ],
 )

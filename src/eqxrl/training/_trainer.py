@@ -17,7 +17,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Int, PyTree
 
-from ..algorithms import AbstractAlgorithm
+from ..algorithms import AbstractAlgorithm, check_entropy_collapse
 from ._checkpoint import (
     CheckpointError,
     _atomic_write,
@@ -211,7 +211,8 @@ class Trainer(eqx.Module):
       run. A checkpoint is also written when `fit` returns.
     - `keep_checkpoints`: how many of the latest checkpoints to keep.
     - `eval_every`: iterations between evaluations (`None`: only a final one).
-    - `eval_episodes`: episodes per evaluation, vmapped in one compiled call.
+    - `eval_episodes`: episodes per evaluation, vmapped in one compiled call (`0`:
+      no evaluation, not even the final one).
     - `eval_deterministic`: evaluate the greedy policy (`False`: sample actions).
     - `gif_episodes`: episodes recorded to `eval.gif` at the end when the
       environment renders (`0`: no GIF).
@@ -259,10 +260,20 @@ class Trainer(eqx.Module):
                 f"Trainer: algorithm must be an eqxrl algorithm (e.g. eqxrl.PPO), got "
                 f"{type(self.algorithm).__name__}."
             )
-        for name in ("chunk_size", "keep_checkpoints", "eval_episodes"):
+        for name in ("chunk_size", "keep_checkpoints"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Trainer: {name}={value!r} must be an integer >= 1.")
+        if self.eval_episodes < 0:
+            raise ValueError(
+                f"Trainer: eval_episodes={self.eval_episodes} must be >= 0 (0: no "
+                "evaluation)."
+            )
+        if self.eval_every is not None and self.eval_episodes == 0:
+            raise ValueError(
+                "Trainer: eval_every needs eval_episodes >= 1; set eval_every=None "
+                "to train without evaluation."
+            )
         for name in ("checkpoint_every", "eval_every", "num_seeds"):
             value = getattr(self, name)
             if value is not None and (
@@ -331,7 +342,7 @@ class Trainer(eqx.Module):
             env,
             state,
             key,
-            num_episodes or self.eval_episodes,
+            num_episodes if num_episodes is not None else max(self.eval_episodes, 1),
             default_max_steps(env),
             self.eval_deterministic,
             self.num_seeds,
@@ -553,6 +564,11 @@ class Trainer(eqx.Module):
             metrics = {k: np.concatenate([h[k] for h in history]) for k in history[0]}
         else:
             metrics = {}
+        if metrics and len(metrics[next(iter(metrics))]) == total:
+            # A whole run in one call: the host-side checks `algorithm.train` does.
+            check_entropy_collapse(
+                {k: np.moveaxis(v, 0, -1) for k, v in metrics.items()}
+            )
         return state, metrics
 
     # ----------------------------------------------------------------------------------
@@ -575,6 +591,7 @@ class Trainer(eqx.Module):
     ) -> list[dict[str, Any]]:
         count = len(next(iter(metrics.values()))) if metrics else 0
         seeds = [None] if self.num_seeds is None else list(range(self.num_seeds))
+        columns = {name: _python_numbers(values) for name, values in metrics.items()}
         rows = []
         for j in range(count):
             iteration = first + j + 1
@@ -586,9 +603,8 @@ class Trainer(eqx.Module):
                     "env_steps": iteration * spi,
                     "time": round(elapsed, 4),
                 }
-                for name, values in metrics.items():
-                    value = values[j] if seed is None else values[j, seed]
-                    row[name] = _python_number(value)
+                for name, values in columns.items():
+                    row[name] = values[j] if seed is None else values[j][seed]
                 rows.append(row)
         return rows
 
@@ -635,26 +651,27 @@ class Trainer(eqx.Module):
     def _finish(self, out, state, config, seed, eval_key) -> dict[str, Any]:
         """Final evaluation; with `out`, the policy export and the GIF."""
         extras: dict[str, Any] = {}
-        if getattr(self.algorithm, "env", None) is None:
-            return extras
-        rows, result = self._evaluation_rows(
-            state, eval_key, self.algorithm.num_iterations + 1
-        )
+        has_env = getattr(self.algorithm, "env", None) is not None
         best = 0
-        if self.num_seeds is not None:
-            best = int(np.argmax([row["return_mean"] for row in rows]))
-            extras["final_evaluation_per_seed"] = rows
-            extras["final_evaluation"] = EvaluationResult(
-                returns=result.returns, lengths=result.lengths
-            ).summary()
-        else:
-            extras["final_evaluation"] = rows[0]
-        mean = extras["final_evaluation"]["return_mean"]
-        self._say(
-            f"final evaluation ({self.eval_episodes} episodes"
-            + (" per seed" if self.num_seeds else "")
-            + f"): return {mean:.4g} +- {extras['final_evaluation']['return_std']:.3g}"
-        )
+        if has_env and self.eval_episodes > 0:
+            rows, result = self._evaluation_rows(
+                state, eval_key, self.algorithm.num_iterations + 1
+            )
+            if self.num_seeds is not None:
+                best = int(np.argmax([row["return_mean"] for row in rows]))
+                extras["final_evaluation_per_seed"] = rows
+                extras["final_evaluation"] = EvaluationResult(
+                    returns=result.returns, lengths=result.lengths
+                ).summary()
+            else:
+                extras["final_evaluation"] = rows[0]
+            final = extras["final_evaluation"]
+            self._say(
+                f"final evaluation ({self.eval_episodes} episodes"
+                + (" per seed" if self.num_seeds else "")
+                + f"): return {final['return_mean']:.4g} +- "
+                f"{final['return_std']:.3g}"
+            )
         if out is None:
             return extras
         single = state
@@ -668,6 +685,8 @@ class Trainer(eqx.Module):
             deterministic=True,
             metadata={"seed": seed, "seed_index": best if self.num_seeds else None},
         )
+        if not has_env:
+            return extras
         env = self._env()
         if self.gif_episodes > 0 and renderer(env) is not None:
             frames = record_episodes(
@@ -693,12 +712,13 @@ class Trainer(eqx.Module):
             pass
 
 
-def _python_number(value: np.generic) -> float | int:
-    """A metric as a Python number; float32 values as the shortest decimal that
-    reads back to the same float32 (`0.00025`, not `0.0002500000118743628`)."""
-    if value.dtype == np.float32:
-        return float(str(value))
-    return value.item()
+def _python_numbers(values: np.ndarray) -> list:
+    """Metrics as (nested) lists of Python numbers; float32 values as the shortest
+    decimal that reads back to the same float32 (`0.00025`, not
+    `0.0002500000118743628`)."""
+    if values.dtype == np.float32:
+        return np.vectorize(float, otypes=[object])(values.astype(str)).tolist()
+    return values.tolist()
 
 
 def _latest_return(metrics: Mapping[str, np.ndarray]) -> float | None:
