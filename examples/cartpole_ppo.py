@@ -53,9 +53,10 @@ def main() -> None:
         learning_rate=args.learning_rate,
     )
     trainer = eqxrl.Trainer(ppo, out=str(args.out), chunk_size=args.chunk)
-    state, metrics = trainer.fit(seed=args.seed, resume=args.resume)
+    trainer.fit(seed=args.seed, resume=args.resume)
 
-    returns = metrics["episode_return"][-10:] if metrics else np.array([math.nan])
+    # The whole run's metrics, also when this call only finished a resumed run.
+    returns = eqxrl.training.read_metrics(args.out)["episode_return"][-10:]
     final = float(np.nanmean(returns)) if not np.isnan(returns).all() else math.nan
     print(f"final return (mean of last 10 iterations): {final:.1f}")
     print(f"wrote {args.out}/metrics.csv, policy.eqx, config.json, curve.png")

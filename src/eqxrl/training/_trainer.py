@@ -4,7 +4,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,10 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     _atomic_write(path, lambda file: file.write(text.encode("utf-8")))
 
 
+def _tuple_or_none(loggers: Sequence[AbstractLogger] | None):
+    return None if loggers is None else tuple(loggers)
+
+
 class Trainer(eqx.Module):
     """Run an algorithm for a long time and watch it: progress, logs, checkpoints
     with exact resume, evaluation and plots.
@@ -248,7 +252,9 @@ class Trainer(eqx.Module):
     eval_deterministic: bool = eqx.field(static=True, default=True)
     gif_episodes: int = eqx.field(static=True, default=1)
     num_seeds: int | None = eqx.field(static=True, default=None)
-    loggers: tuple[AbstractLogger, ...] | None = eqx.field(static=True, default=None)
+    loggers: Sequence[AbstractLogger] | None = eqx.field(
+        static=True, default=None, converter=_tuple_or_none
+    )
     progress: bool = eqx.field(static=True, default=True)
     env_name: str | None = eqx.field(static=True, default=None)
     env_kwargs: Mapping[str, Any] | None = eqx.field(static=True, default=None)
