@@ -163,8 +163,11 @@ def test_corrupt_latest_checkpoint_is_reported(toy, tmp_path):
     with pytest.raises(CheckpointError, match="truncated.*delete .*000000004"):
         trainer.fit(seed=0, resume=True)
     latest.unlink()  # as the message says: resume from the one before
+    stale = tmp_path / "checkpoints" / ".checkpoint-000000004.eqx.123.abcd.tmp"
+    stale.write_bytes(b"half a checkpoint, from a process killed mid-write")
     state, metrics = trainer.fit(seed=0, resume=True)
     assert metrics["loss"].shape == (18,)
+    assert not stale.exists()
 
 
 def test_resume_without_a_checkpoint_starts_from_scratch(toy, tmp_path):

@@ -446,6 +446,8 @@ class Trainer(eqx.Module):
             elif resume:
                 self._say(f"no checkpoint in {checkpoints_dir}: starting from scratch")
             checkpoints_dir.mkdir(exist_ok=True)
+            for stale in checkpoints_dir.glob(".checkpoint-*.tmp"):
+                stale.unlink(missing_ok=True)  # left by a process killed mid-write
         elif resume:
             raise ValueError("Trainer.fit(resume=True) needs an output folder (out=).")
 
