@@ -137,6 +137,7 @@ def test_eval_checkpoint_policy_and_gif(trained, capsys, tmp_path):
     )
     assert code == 0 and gif.exists()
     assert "greedy episodes" in out and "return" in out and f"wrote {gif}" in out
+    assert "policy.eqx (iteration 12)" in out
     code, out, _ = run(capsys, "eval", str(trained), "--stochastic")
     assert code == 0 and "stochastic" in out
 

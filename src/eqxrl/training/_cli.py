@@ -573,8 +573,11 @@ def _eval(argv: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        where = (
+            "" if report["iteration"] is None else f" (iteration {report['iteration']})"
+        )
         print(
-            f"{path} (iteration {report['iteration']}), {int(summary['episodes'])} "
+            f"{path}{where}, {int(summary['episodes'])} "
             f"{'greedy' if deterministic else 'stochastic'} episodes:"
         )
         print(

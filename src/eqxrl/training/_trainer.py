@@ -691,7 +691,11 @@ class Trainer(eqx.Module):
             single,
             self.algorithm,
             deterministic=True,
-            metadata={"seed": seed, "seed_index": best if self.num_seeds else None},
+            metadata={
+                "iteration": self.algorithm.num_iterations,
+                "seed": seed,
+                "seed_index": best if self.num_seeds else None,
+            },
         )
         if not has_env:
             return extras
