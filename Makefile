@@ -42,6 +42,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/env_throughput.py
 	$(BIN)/python benchmarks/ppo_cartpole.py
 	$(BIN)/python benchmarks/trainer_overhead.py
+	$(BIN)/python benchmarks/gymnasium_bridge.py
 
 # Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.
 PEERS := .venv-peers
