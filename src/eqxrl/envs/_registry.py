@@ -2,6 +2,7 @@ from collections.abc import Callable
 
 from ._cartpole import CartPole
 from ._environment import AbstractEnvironment
+from ._snake import Snake
 from ._wrappers import TimeLimit
 
 _REGISTRY: dict[str, Callable[..., AbstractEnvironment]] = {}
@@ -36,7 +37,8 @@ def make(name: str, **kwargs) -> AbstractEnvironment:
 
     **Returns:**
 
-    The environment; `"CartPole-v1"` is `TimeLimit(CartPole(), 500)`, like gymnasium.
+    The environment; `"CartPole-v1"` is `TimeLimit(CartPole(), 500)`, like gymnasium;
+    `"Snake-v0"` is `Snake(**kwargs)` (10x10 by default, with its own step limits).
 
     !!! example
 
@@ -58,4 +60,9 @@ def _cartpole_v1(max_episode_steps: int = 500, **kwargs) -> AbstractEnvironment:
     return TimeLimit(CartPole(**kwargs), max_episode_steps)
 
 
+def _snake_v0(**kwargs) -> AbstractEnvironment:
+    return Snake(**kwargs)
+
+
 register("CartPole-v1", _cartpole_v1)
+register("Snake-v0", _snake_v0)

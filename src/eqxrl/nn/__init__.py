@@ -4,8 +4,13 @@ from ._actor_critic import (
     AbstractActorCritic as AbstractActorCritic,
     MLPActorCritic as MLPActorCritic,
 )
+from ._cnn import CNNActorCritic as CNNActorCritic
 from ._init import orthogonal_matrices as orthogonal_matrices
 from ._policy import (
     AbstractPolicy as AbstractPolicy,
     ActorCriticPolicy as ActorCriticPolicy,
+)
+from ._transformer import (
+    GridTransformerActorCritic as GridTransformerActorCritic,
+    TransformerBlock as TransformerBlock,
 )
