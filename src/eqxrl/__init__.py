@@ -34,5 +34,8 @@ else:
 from .algorithms import (  # noqa: E402
     PPO as PPO,
     AbstractAlgorithm as AbstractAlgorithm,
+    EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
+    TrainResult as TrainResult,
+    train as train,
 )

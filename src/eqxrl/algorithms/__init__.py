@@ -1,9 +1,19 @@
 """Learning algorithms and the return computations they share."""
 
 from ._base import AbstractAlgorithm as AbstractAlgorithm
+from ._diagnostics import (
+    EntropyCollapseWarning as EntropyCollapseWarning,
+    check_entropy_collapse as check_entropy_collapse,
+)
 from ._ppo import (
     PPO as PPO,
     PPOState as PPOState,
     episode_metrics as episode_metrics,
 )
+from ._registry import (
+    algorithm_names as algorithm_names,
+    get_algorithm as get_algorithm,
+    register_algorithm as register_algorithm,
+)
 from ._returns import compute_gae as compute_gae
+from ._train import TrainResult as TrainResult, train as train

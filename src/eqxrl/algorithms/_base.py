@@ -2,10 +2,12 @@ import abc
 from typing import Generic, TypeVar
 
 import equinox as eqx
+import jax
 from jaxtyping import Array, PRNGKeyArray
 
 from .._filters import filter_scan
 from ..nn import AbstractPolicy
+from ._diagnostics import check_entropy_collapse
 
 StateT = TypeVar("StateT")
 
@@ -59,9 +61,12 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
 
         return filter_scan(body, state, length=num_iterations)
 
-    @eqx.filter_jit
     def train(self, key: PRNGKeyArray) -> tuple[StateT, dict[str, Array]]:
         """A whole training run, compiled as one program.
+
+        Called outside of JAX transformations, it also checks the metrics on the host
+        afterwards and warns about problems such as an early entropy collapse
+        ([`check_entropy_collapse`][eqxrl.algorithms.check_entropy_collapse]).
 
         **Arguments:**
 
@@ -73,4 +78,13 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         `(state, metrics)`: the final training state and a dict of per-iteration
         metrics, each of shape `[num_iterations]`.
         """
-        return self.train_iterations(self.init(key), self.num_iterations)
+        state, metrics = _train(self, key)
+        traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(metrics))
+        if not traced:
+            check_entropy_collapse(metrics)
+        return state, metrics
+
+
+@eqx.filter_jit
+def _train(algorithm: AbstractAlgorithm, key: PRNGKeyArray):
+    return algorithm.train_iterations(algorithm.init(key), algorithm.num_iterations)

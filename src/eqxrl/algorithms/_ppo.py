@@ -13,15 +13,24 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 from .._filters import filter_scan
 from ..buffers import Transition
+from ..distributions import MaskedCategorical
 from ..envs import (
     AbstractEnvironment,
     AutoReset,
+    Box,
     Discrete,
     EpisodeStatistics,
     TimeStep,
     unwrap,
 )
-from ..nn import AbstractActorCritic, ActorCriticPolicy, MLPActorCritic
+from ..nn import (
+    AbstractActorCritic,
+    ActorCriticPolicy,
+    MLPActorCritic,
+    MLPGaussianActorCritic,
+    NormalizedActorCritic,
+    RunningMeanStd,
+)
 from ._base import AbstractAlgorithm
 from ._returns import compute_gae
 
@@ -43,6 +52,12 @@ class PPOState(eqx.Module):
     - `timestep`: the latest timestep of every environment.
     - `key`: the PRNG key for the next iteration.
     - `iteration`: how many iterations have run (int32).
+    - `observation_statistics`: running observation statistics (with
+      `normalize_observations`), else `None`.
+    - `return_statistics`: running statistics of the discounted return (with
+      `normalize_rewards`), else `None`.
+    - `discounted_returns`: each environment's running discounted return (with
+      `normalize_rewards`), else `None`.
     """
 
     model: AbstractActorCritic
@@ -51,19 +66,23 @@ class PPOState(eqx.Module):
     timestep: TimeStep
     key: PRNGKeyArray
     iteration: Int[Array, ""]
+    observation_statistics: RunningMeanStd | None = None
+    return_statistics: RunningMeanStd | None = None
+    discounted_returns: Float[Array, " num_envs"] | None = None
 
 
 NetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractActorCritic]
 
 
 class PPO(AbstractAlgorithm[PPOState]):
-    """Proximal policy optimization (clipped surrogate) for discrete actions.
+    """Proximal policy optimization (clipped surrogate), discrete or continuous.
 
     One iteration collects `num_steps` steps from each of `num_envs` auto-resetting
     environments, computes GAE advantages (bootstrapping through truncation), then runs
     `num_epochs` passes of `num_minibatches` minibatch updates. Action masks returned
     by the environment are stored with each transition and applied identically when
-    acting and when updating.
+    acting and when updating (masked actions are never taken). Continuous (`Box`)
+    action spaces get a diagonal Gaussian policy.
 
     Sweepable numbers (`learning_rate`, `gamma`, `gae_lambda`, `clip_eps`, `ent_coef`,
     `vf_coef`, `max_grad_norm`) are float32 array leaves: build PPO inside
@@ -90,7 +109,13 @@ class PPO(AbstractAlgorithm[PPOState]):
     - `max_grad_norm`: global gradient-norm clip.
     - `clip_value_loss`: use the clipped value loss of the PPO paper's code.
     - `normalize_advantages`: standardize advantages per minibatch.
-    - `hidden_sizes`: widths of the default MLP actor-critic.
+    - `normalize_observations`: normalize observations by running mean and variance,
+      shared by all environments, frozen within an iteration and exported with the
+      policy.
+    - `normalize_rewards`: scale rewards by the running standard deviation of the
+      discounted return (as Stable-Baselines3's `VecNormalize`).
+    - `hidden_sizes`: widths of the default MLP actor-critic (`MLPActorCritic` for
+      `Discrete` actions, `MLPGaussianActorCritic` for `Box` actions).
     - `network_factory`: optional `factory(env, key) -> AbstractActorCritic` replacing
       the default MLP.
     - `observation_storage_dtype`: store rollout observations in this dtype (e.g.
@@ -128,6 +153,8 @@ class PPO(AbstractAlgorithm[PPOState]):
     max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
     clip_value_loss: bool = eqx.field(static=True, default=True)
     normalize_advantages: bool = eqx.field(static=True, default=True)
+    normalize_observations: bool = eqx.field(static=True, default=False)
+    normalize_rewards: bool = eqx.field(static=True, default=False)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
     observation_storage_dtype: jnp.dtype | None = eqx.field(
@@ -172,10 +199,10 @@ class PPO(AbstractAlgorithm[PPOState]):
                     "AutoReset and EpisodeStatistics itself."
                 )
         if self.network_factory is None and not isinstance(
-            self.env.action_space, Discrete
+            self.env.action_space, Discrete | Box
         ):
             raise ValueError(
-                f"PPO: the default network needs a Discrete action space, got "
+                f"PPO: the default network needs a Discrete or Box action space, got "
                 f"{type(self.env.action_space).__name__}; pass network_factory."
             )
 
@@ -185,6 +212,7 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     @property
     def minibatch_size(self) -> int:
+        """Transitions per minibatch: `num_envs * num_steps // num_minibatches`."""
         return self.num_envs * self.num_steps // self.num_minibatches
 
     @property
@@ -197,12 +225,29 @@ class PPO(AbstractAlgorithm[PPOState]):
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
         observation_size = math.prod(self.env.observation_space.shape)
+        action_space = self.env.action_space
+        if isinstance(action_space, Box):
+            return MLPGaussianActorCritic(
+                observation_size,
+                math.prod(action_space.shape),
+                hidden_sizes=self.hidden_sizes,
+                key=key,
+            )
         return MLPActorCritic(
             observation_size,
-            self.env.action_space.num_values,
+            action_space.num_values,
             hidden_sizes=self.hidden_sizes,
             key=key,
         )
+
+    def acting_model(
+        self, model: AbstractActorCritic, statistics: RunningMeanStd | None
+    ) -> AbstractActorCritic:
+        """The model as it sees raw observations: behind the observation normalizer
+        when there is one."""
+        if statistics is None:
+            return model
+        return NormalizedActorCritic(model, statistics)
 
     def make_optimizer(self) -> optax.GradientTransformation:
         """Global-norm clipping then Adam, with the (optionally annealed) step size
@@ -242,6 +287,14 @@ class PPO(AbstractAlgorithm[PPOState]):
         env_state, timestep = jax.vmap(self.training_env.reset)(
             jr.split(reset_key, self.num_envs)
         )
+        observation_statistics = return_statistics = discounted_returns = None
+        if self.normalize_observations:
+            observation_statistics = RunningMeanStd.zeros(
+                self.env.observation_space.shape
+            )
+        if self.normalize_rewards:
+            return_statistics = RunningMeanStd.zeros(())
+            discounted_returns = jnp.zeros(self.num_envs, jnp.float32)
         return PPOState(
             model=model,
             optimizer_state=optimizer_state,
@@ -249,10 +302,14 @@ class PPO(AbstractAlgorithm[PPOState]):
             timestep=timestep,
             key=state_key,
             iteration=jnp.int32(0),
+            observation_statistics=observation_statistics,
+            return_statistics=return_statistics,
+            discounted_returns=discounted_returns,
         )
 
     def policy(self, state: PPOState, deterministic: bool = False) -> ActorCriticPolicy:
-        return ActorCriticPolicy(state.model, deterministic)
+        model = self.acting_model(state.model, state.observation_statistics)
+        return ActorCriticPolicy(model, deterministic)
 
     def _act_and_step(
         self,
@@ -290,7 +347,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         return jtu.tree_map(lambda x: x.astype(dtype), observation)
 
     def _restore_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
-        """A stored observation cast back to the dtypes the environment returns."""
+        """Stored observations (any batch shape) cast back to the dtypes the
+        environment returns."""
         if self.observation_storage_dtype is None:
             return observation
         _, timestep = jax.eval_shape(self.env.reset, jr.key(0))
@@ -308,7 +366,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         is computed only on steps where some environment truncated, so neither the
         final observations nor a critic pass per step are stored.
         """
-        model = state.model
+        model = self.acting_model(state.model, state.observation_statistics)
         act_and_step = eqx.filter_vmap(self._act_and_step, in_axes=(None, 0, 0, 0, 0))
         batched_value = jax.vmap(model.value)
 
@@ -337,16 +395,25 @@ class PPO(AbstractAlgorithm[PPOState]):
     def _loss(
         self,
         model: AbstractActorCritic,
+        observation_statistics: RunningMeanStd | None,
         batch: Transition,
         advantages: Float[Array, " minibatch"],
         returns: Float[Array, " minibatch"],
     ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        network = self.acting_model(model, observation_statistics)
+
         def evaluate(observation, action_mask, action):
             observation = self._restore_observation(observation)
-            distribution, value = model(observation, action_mask)
-            return distribution.log_prob(action), distribution.entropy(), value
+            distribution, value = network(observation, action_mask)
+            if isinstance(distribution, MaskedCategorical):
+                num_valid = jnp.sum(distribution.probs > 0)
+                max_entropy = jnp.log(jnp.maximum(num_valid, 1).astype(jnp.float32))
+            else:
+                max_entropy = jnp.float32(jnp.nan)
+            entropy = distribution.entropy()
+            return distribution.log_prob(action), entropy, max_entropy, value
 
-        log_prob, entropy, value = jax.vmap(evaluate)(
+        log_prob, entropy, max_entropy, value = jax.vmap(evaluate)(
             batch.observation, batch.action_mask, batch.action
         )
         log_ratio = log_prob - batch.log_prob
@@ -375,6 +442,8 @@ class PPO(AbstractAlgorithm[PPOState]):
                 (jnp.abs(ratio - 1.0) > self.clip_eps).astype(jnp.float32)
             ),
         }
+        if isinstance(self.env.action_space, Discrete):
+            statistics["max_entropy"] = max_entropy.mean()
         return total_loss, statistics
 
     def train_iteration(self, state: PPOState) -> tuple[PPOState, dict[str, Array]]:
@@ -393,12 +462,19 @@ class PPO(AbstractAlgorithm[PPOState]):
             state, collect_key
         )
 
-        model = state.model
-        last_value = jax.vmap(model.value)(timestep.observation)
+        acting = self.acting_model(state.model, state.observation_statistics)
+        last_value = jax.vmap(acting.value)(timestep.observation)
         next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
         next_values = jnp.where(transitions.truncated, truncated_values, next_values)
+        rewards = transitions.reward
+        return_statistics = state.return_statistics
+        discounted_returns = state.discounted_returns
+        if self.normalize_rewards:
+            rewards, return_statistics, discounted_returns = self._normalize_rewards(
+                transitions, return_statistics, discounted_returns
+            )
         advantages, returns = compute_gae(
-            transitions.reward,
+            rewards,
             transitions.value,
             next_values,
             transitions.terminated,
@@ -421,7 +497,11 @@ class PPO(AbstractAlgorithm[PPOState]):
                 lambda x: x[indices], flat
             )
             (_, statistics), grads = grad_fn(
-                model, batch, batch_advantages, batch_returns
+                model,
+                state.observation_statistics,
+                batch,
+                batch_advantages,
+                batch_returns,
             )
             updates, optimizer_state = optimizer.update(
                 grads, optimizer_state, eqx.filter(model, eqx.is_array)
@@ -436,11 +516,21 @@ class PPO(AbstractAlgorithm[PPOState]):
 
         (model, optimizer_state), statistics = filter_scan(
             epoch,
-            (model, state.optimizer_state),
+            (state.model, state.optimizer_state),
             jr.split(update_key, self.num_epochs),
         )
+        observation_statistics = state.observation_statistics
+        if observation_statistics is not None:
+            observation_statistics = observation_statistics.update(
+                self._restore_observation(flat[0].observation)
+            )
         metrics = jtu.tree_map(jnp.mean, statistics)
         metrics.update(episode_metrics(transitions))
+        if transitions.action_mask is not None:
+            taken_valid = jnp.take_along_axis(
+                transitions.action_mask, transitions.action[..., None], axis=-1
+            )
+            metrics["invalid_action_count"] = jnp.sum(~taken_valid).astype(jnp.int32)
         metrics["learning_rate"] = self.current_learning_rate(optimizer_state)
         state = PPOState(
             model=model,
@@ -449,8 +539,37 @@ class PPO(AbstractAlgorithm[PPOState]):
             timestep=timestep,
             key=key,
             iteration=state.iteration + 1,
+            observation_statistics=observation_statistics,
+            return_statistics=return_statistics,
+            discounted_returns=discounted_returns,
         )
         return state, metrics
+
+    def _normalize_rewards(
+        self,
+        transitions: Transition,
+        return_statistics: RunningMeanStd,
+        discounted_returns: Float[Array, " num_envs"],
+    ) -> tuple[
+        Float[Array, "num_steps num_envs"], RunningMeanStd, Float[Array, " num_envs"]
+    ]:
+        """Rewards divided by the running std of the discounted return, which is
+        accumulated per environment (restarting with each episode) and merged into
+        the statistics first."""
+        done = transitions.terminated | transitions.truncated
+
+        def accumulate(running, step):
+            reward, step_done = step
+            running = running * self.gamma + reward
+            return jnp.where(step_done, 0.0, running), running
+
+        discounted_returns, returns_seen = lax.scan(
+            accumulate, discounted_returns, (transitions.reward, done)
+        )
+        return_statistics = return_statistics.update(returns_seen.reshape(-1))
+        scale = jnp.sqrt(return_statistics.var + 1e-8)
+        rewards = jnp.clip(transitions.reward / scale, -10.0, 10.0)
+        return rewards, return_statistics, discounted_returns
 
 
 def episode_metrics(transitions: Transition) -> dict[str, Array]:

@@ -6,6 +6,8 @@ from ._environment import (
     AbstractWrapper as AbstractWrapper,
     unwrap as unwrap,
 )
+from ._grid_maze import GridMaze as GridMaze, GridMazeState as GridMazeState
+from ._pendulum import Pendulum as Pendulum, PendulumState as PendulumState
 from ._registry import (
     make as make,
     register as register,
@@ -17,8 +19,10 @@ from ._spaces import AbstractSpace as AbstractSpace, Box as Box, Discrete as Dis
 from ._types import TimeStep as TimeStep
 from ._wrappers import (
     AutoReset as AutoReset,
+    ClipAction as ClipAction,
     EpisodeStatistics as EpisodeStatistics,
     EpisodeStatisticsState as EpisodeStatisticsState,
+    RescaleAction as RescaleAction,
     TimeLimit as TimeLimit,
     TimeLimitState as TimeLimitState,
 )

@@ -5,12 +5,12 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from ._environment import AbstractEnvironment, AbstractWrapper
-from ._spaces import AbstractSpace
+from ._spaces import AbstractSpace, Box
 from ._types import TimeStep
 
 
 class TimeLimitState(eqx.Module):
-    """State of [`TimeLimit`][eqxrl.envs.TimeLimit]: the inner state and a step count."""
+    """State of [`TimeLimit`][eqxrl.envs.TimeLimit]: inner state and step count."""
 
     env_state: PyTree
     step_count: Int[Array, ""]
@@ -172,3 +172,91 @@ class AutoReset(AbstractWrapper):
             extras=extras,
         )
         return next_state, timestep
+
+
+class ClipAction(AbstractWrapper):
+    """Clip continuous actions to the action space's bounds before stepping.
+
+    Lets a Gaussian policy sample unbounded actions (its log-probabilities stay those
+    of the unclipped sample) while the environment only sees valid ones.
+
+    **Arguments:**
+
+    - `env`: an environment with a [`Box`][eqxrl.envs.Box] action space.
+    """
+
+    env: AbstractEnvironment
+
+    def __check_init__(self):
+        if not isinstance(self.env.action_space, Box):
+            raise ValueError("ClipAction needs an environment with a Box action space.")
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        return self.env.reset(key)
+
+    def step(
+        self, state: PyTree, action: Float[Array, "..."], key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep]:
+        space = self.env.action_space
+        return self.env.step(state, jnp.clip(action, space.low, space.high), key)
+
+
+class RescaleAction(AbstractWrapper):
+    """Accept actions in `[low, high]` (default `[-1, 1]`) and map them linearly onto
+    the wrapped environment's bounds.
+
+    Pairs with a tanh-squashed policy, whose actions lie in `(-1, 1)`. Actions outside
+    `[low, high]` are clipped first.
+
+    **Arguments:**
+
+    - `env`: an environment with a bounded [`Box`][eqxrl.envs.Box] action space.
+    - `low`, `high`: the action range the agent uses.
+    """
+
+    env: AbstractEnvironment
+    low: float = eqx.field(static=True, default=-1.0)
+    high: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        space = self.env.action_space
+        if not isinstance(space, Box):
+            raise ValueError(
+                "RescaleAction needs an environment with a Box action space."
+            )
+        if not (jnp.isfinite(space.low).all() and jnp.isfinite(space.high).all()):
+            raise ValueError("RescaleAction needs finite action bounds.")
+        if not self.low < self.high:
+            raise ValueError(
+                f"RescaleAction: low={self.low} must be < high={self.high}."
+            )
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> Box:
+        return Box(self.low, self.high, shape=self.env.action_space.shape)
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        return self.env.reset(key)
+
+    def step(
+        self, state: PyTree, action: Float[Array, "..."], key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep]:
+        space = self.env.action_space
+        fraction = (jnp.clip(action, self.low, self.high) - self.low) / (
+            self.high - self.low
+        )
+        return self.env.step(
+            state, space.low + fraction * (space.high - space.low), key
+        )

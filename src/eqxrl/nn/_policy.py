@@ -49,7 +49,8 @@ class ActorCriticPolicy(AbstractPolicy):
     **Arguments:**
 
     - `model`: the trained actor-critic.
-    - `deterministic`: act with the most probable valid action instead of sampling.
+    - `deterministic`: act with the most probable valid action (the mean, for a
+      Gaussian) instead of sampling.
     """
 
     model: AbstractActorCritic

@@ -1,0 +1,82 @@
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from ..distributions import AbstractActionDistribution
+from ._actor_critic import AbstractActorCritic
+
+
+class RunningMeanStd(eqx.Module):
+    """Running mean and variance of a stream of arrays, merged batch by batch.
+
+    Used to normalize observations (and, through the discounted return, rewards).
+    Statistics are per entry of one example (shape `shape`), shared by every
+    environment.
+
+    **Arguments:**
+
+    - `mean`: float `[*shape]`.
+    - `var`: float `[*shape]`.
+    - `count`: float scalar, the (pseudo-)number of examples merged so far.
+    """
+
+    mean: Float[Array, "*shape"]
+    var: Float[Array, "*shape"]
+    count: Float[Array, ""]
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...]) -> "RunningMeanStd":
+        """Empty statistics: mean 0, variance 1, a tiny count (the first batch wins)."""
+        return cls(
+            jnp.zeros(shape, jnp.float32),
+            jnp.ones(shape, jnp.float32),
+            jnp.float32(1e-4),
+        )
+
+    def update(self, batch: Float[Array, " batch *shape"]) -> "RunningMeanStd":
+        """Merge a batch of examples (leading axis) into the statistics."""
+        batch = batch.astype(jnp.float32)
+        batch_count = jnp.float32(batch.shape[0])
+        batch_mean = batch.mean(axis=0)
+        batch_var = batch.var(axis=0)
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        mean = self.mean + delta * batch_count / total
+        m2 = (
+            self.var * self.count
+            + batch_var * batch_count
+            + jnp.square(delta) * self.count * batch_count / total
+        )
+        return RunningMeanStd(mean, m2 / total, total)
+
+    def normalize(
+        self, x: Float[Array, "*shape"], clip: float = 10.0
+    ) -> Float[Array, "*shape"]:
+        """`(x - mean) / sqrt(var + 1e-8)`, clipped to `[-clip, clip]`."""
+        scaled = (x.astype(jnp.float32) - self.mean) / jnp.sqrt(self.var + 1e-8)
+        return jnp.clip(scaled, -clip, clip)
+
+
+class NormalizedActorCritic(AbstractActorCritic):
+    """An actor-critic that sees observations normalized by fixed statistics.
+
+    How PPO applies observation normalization: the statistics are frozen for an
+    iteration (so log-probabilities at rollout and update agree) and exported with the
+    trained policy, so `policy.act` takes raw observations.
+
+    **Arguments:**
+
+    - `model`: the actor-critic on normalized observations.
+    - `statistics`: the observation statistics.
+    """
+
+    model: AbstractActorCritic
+    statistics: RunningMeanStd
+
+    def __call__(
+        self, observation: Array, action_mask: Bool[Array, " num_actions"] | None = None
+    ) -> tuple[AbstractActionDistribution, Float[Array, ""]]:
+        return self.model(self.statistics.normalize(observation), action_mask)
+
+    def value(self, observation: Array) -> Float[Array, ""]:
+        return self.model.value(self.statistics.normalize(observation))
