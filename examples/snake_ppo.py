@@ -91,27 +91,36 @@ def random_policy(observation, key, action_mask):
 
 @eqx.filter_jit
 def evaluate(env, policy, key, num_games: int):
-    """Mean food eaten per game over `num_games` full games (to the env's limits)."""
+    """Mean food eaten per game over `num_games` full games, played in one batch until
+    every game has ended."""
+    reset_key, key = jr.split(key)
+    states, timesteps = jax.vmap(env.reset)(jr.split(reset_key, num_games))
+    act = jax.vmap(policy)
 
-    def play(key):
-        reset_key, steps_key = jr.split(key)
-        state, timestep = env.reset(reset_key)
+    def playing(carry):
+        *_, done, _, _ = carry
+        return ~jnp.all(done)
 
-        def step(carry, key):
-            state, timestep, done, score = carry
-            action_key, step_key = jr.split(key)
-            action = policy(timestep.observation, action_key, timestep.action_mask)
-            state, timestep = env.step(state, action, step_key)
-            score = jnp.where(done, score, state.length - 1)
-            done = done | timestep.terminated | timestep.truncated
-            return (state, timestep, done, score), None
+    def step(carry):
+        states, timesteps, done, score, key = carry
+        key, action_key, step_key = jr.split(key, 3)
+        actions = act(
+            timesteps.observation,
+            jr.split(action_key, num_games),
+            timesteps.action_mask,
+        )
+        states, timesteps = jax.vmap(env.step)(
+            states, actions, jr.split(step_key, num_games)
+        )
+        score = jnp.where(done, score, states.length - 1)
+        done = done | timesteps.terminated | timesteps.truncated
+        return states, timesteps, done, score, key
 
-        carry = (state, timestep, jnp.bool_(False), jnp.int32(0))
-        keys = jr.split(steps_key, env.step_limit)
-        (_, _, _, score), _ = jax.lax.scan(step, carry, keys)
-        return score
-
-    return jax.vmap(play)(jr.split(key, num_games)).astype(jnp.float32).mean()
+    done = jnp.zeros(num_games, bool)
+    score = jnp.zeros(num_games, jnp.int32)
+    carry = (states, timesteps, done, score, key)
+    *_, score, _ = jax.lax.while_loop(playing, step, carry)
+    return score.astype(jnp.float32).mean()
 
 
 @eqx.filter_jit

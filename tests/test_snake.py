@@ -40,11 +40,12 @@ def snake_cells(env: Snake, state: SnakeState) -> list[tuple[int, int]]:
 step = eqx.filter_jit(lambda env, state, action, key: env.step(state, action, key))
 render = eqx.filter_jit(lambda env, state, **kwargs: env.render(state, **kwargs))
 render_batch = eqx.filter_jit(lambda env, states: jax.vmap(env.render)(states))
+reset_batch = eqx.filter_jit(lambda env, keys: jax.vmap(env.reset)(keys))
 
 
 def test_reset(key):
     env = Snake(height=5, width=7)
-    states, timesteps = jax.vmap(env.reset)(jr.split(key, 500))
+    states, timesteps = reset_batch(env, jr.split(key, 500))
     assert timesteps.observation.shape == (500, 5, 7, 3)
     assert timesteps.observation.dtype == jnp.float32
     assert (states.length == 1).all()
@@ -60,8 +61,8 @@ def test_reset(key):
 
 def test_reset_and_step_timesteps_have_the_same_structure(key):
     env = Snake()
-    state, first = env.reset(key)
-    _, second = env.step(state, jnp.int32(1), key)
+    state, first = eqx.filter_jit(env.reset)(key)
+    _, second = step(env, state, jnp.int32(1), key)
     assert jax.tree.structure(first) == jax.tree.structure(second)
     for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(second)):
         assert a.shape == b.shape and a.dtype == b.dtype
@@ -126,9 +127,11 @@ def test_eating_grows_by_one_and_moves_food_to_a_free_cell(key):
     cells = [(1, 1), (1, 0), (0, 0)]
     state = make_state(env, cells, food=(1, 2), direction=RIGHT)
     keys = jr.split(key, 4000)
-    next_states, timesteps = jax.vmap(env.step, in_axes=(None, None, 0))(
-        state, jnp.int32(RIGHT), keys
-    )
+    next_states, timesteps = eqx.filter_jit(
+        lambda env, state, keys: jax.vmap(env.step, in_axes=(None, None, 0))(
+            state, jnp.int32(RIGHT), keys
+        )
+    )(env, state, keys)
     assert (timesteps.reward == 1.0).all() and not timesteps.terminated.any()
     assert (next_states.length == 4).all()
     assert snake_cells(env, jax.tree.map(lambda x: x[0], next_states)) == [
@@ -220,7 +223,9 @@ def test_random_play_keeps_the_invariants(key):
         state, timestep = env.step(state, action, step_key)
         return (state, timestep), state
 
-    _, states = jax.lax.scan(body, env.reset(key), jr.split(key, 2000))
+    _, states = jax.jit(
+        lambda key: jax.lax.scan(body, env.reset(key), jr.split(key, 2000))
+    )(key)
     body_values = np.sort(np.asarray(states.body), axis=1)
     lengths = np.asarray(states.length)
     for values, length, food, head in zip(
@@ -239,7 +244,7 @@ def test_random_play_keeps_the_invariants(key):
 
 def test_render_is_deterministic_and_vmappable(key):
     env = Snake(height=4, width=6)
-    states, _ = jax.vmap(env.reset)(jr.split(key, 3))
+    states, _ = reset_batch(env, jr.split(key, 3))
     frames = render_batch(env, states)
     assert frames.shape == (3, 64, 96, 3) and frames.dtype == jnp.uint8
     for index in range(3):
@@ -271,7 +276,7 @@ def test_render_shows_head_body_and_food():
 def test_save_gif(tmp_path, key):
     Image = pytest.importorskip("PIL.Image")
     env = Snake(height=4, width=4)
-    states, _ = jax.vmap(env.reset)(jr.split(key, 5))
+    states, _ = reset_batch(env, jr.split(key, 5))
     frames = render_batch(env, states)
     path = tmp_path / "snake.gif"
     eqxrl.envs.save_gif(frames, path, fps=5)
@@ -304,5 +309,5 @@ def test_rewards_can_be_swept_with_vmap(key):
         state = make_state(env, [(1, 1)], food=(1, 2), direction=RIGHT)
         return env.step(state, jnp.int32(RIGHT), key)[1].reward
 
-    rewards = jax.vmap(first_reward)(jnp.array([1.0, 2.0, 5.0]))
+    rewards = jax.jit(jax.vmap(first_reward))(jnp.array([1.0, 2.0, 5.0]))
     np.testing.assert_allclose(rewards, [1.0, 2.0, 5.0])

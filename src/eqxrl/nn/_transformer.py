@@ -8,7 +8,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from ..distributions import MaskedCategorical
 from ._actor_critic import AbstractActorCritic
-from ._cnn import policy_and_value_heads
+from ._cnn import _policy_and_value_heads
 
 
 class TransformerBlock(eqx.Module):
@@ -134,7 +134,7 @@ class GridTransformerActorCritic(AbstractActorCritic):
             for block_key in block_keys
         ]
         self.final_norm = eqx.nn.LayerNorm(d_model)
-        self.actor, self.critic = policy_and_value_heads(
+        self.actor, self.critic = _policy_and_value_heads(
             heads_key, d_model, num_actions
         )
 
