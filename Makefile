@@ -18,7 +18,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(BIN)/python examples/cartpole_ppo.py --out runs/demo --resume
+	$(BIN)/python examples/snake_ppo.py --out runs/demo
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests examples benchmarks
@@ -43,6 +43,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/ppo_cartpole.py
 	$(BIN)/python benchmarks/trainer_overhead.py
 	$(BIN)/python benchmarks/gymnasium_bridge.py
+	$(BIN)/python benchmarks/snake.py
 
 # Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.
 PEERS := .venv-peers
@@ -55,6 +56,7 @@ $(PEERS)/.installed: benchmarks/requirements-peers.txt
 
 bench-peers: $(PEERS)/.installed
 	$(PEERS)/bin/python benchmarks/peers.py
+	$(PEERS)/bin/python benchmarks/snake.py
 
 clean:
 	rm -rf $(VENV) $(PEERS) site runs .pytest_cache .ruff_cache

@@ -119,6 +119,13 @@ class PPO(AbstractAlgorithm[PPOState]):
       `Discrete` actions, `MLPGaussianActorCritic` for `Box` actions).
     - `network_factory`: optional `factory(env, key) -> AbstractActorCritic` replacing
       the default MLP.
+    - `observation_storage_dtype`: store rollout observations in this dtype (e.g.
+      `jnp.uint8` or `jnp.bfloat16`) and cast them back to the environment's dtype
+      before the network sees them in the update. Rollout memory for observations
+      is `num_steps * num_envs * observation size * itemsize`, so `uint8` cuts it 4x
+      from float32. Lossless only when every observation value is exact in the
+      smaller dtype (e.g. 0/1 grids such as `Snake`'s); `None` (default) stores
+      observations as they come.
 
     !!! example
 
@@ -151,6 +158,11 @@ class PPO(AbstractAlgorithm[PPOState]):
     normalize_rewards: bool = eqx.field(static=True, default=False)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
+    observation_storage_dtype: jnp.dtype | None = eqx.field(
+        static=True,
+        default=None,
+        converter=lambda d: None if d is None else jnp.dtype(d),
+    )
 
     def __check_init__(self):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
@@ -308,6 +320,23 @@ class PPO(AbstractAlgorithm[PPOState]):
         action, log_prob = distribution.sample_and_log_prob(key)
         return action, log_prob, value
 
+    def _store_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
+        """The observation as the rollout stores it (`observation_storage_dtype`)."""
+        if self.observation_storage_dtype is None:
+            return observation
+        dtype = self.observation_storage_dtype
+        return jtu.tree_map(lambda x: x.astype(dtype), observation)
+
+    def _restore_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
+        """Stored observations (any batch shape) cast back to the dtypes the
+        environment returns."""
+        if self.observation_storage_dtype is None:
+            return observation
+        _, timestep = jax.eval_shape(self.env.reset, jr.key(0))
+        return jtu.tree_map(
+            lambda x, like: x.astype(like.dtype), observation, timestep.observation
+        )
+
     def _collect(
         self, state: PPOState, key: PRNGKeyArray
     ) -> tuple[PyTree, TimeStep, Transition, Float[Array, "num_steps num_envs"]]:
@@ -332,6 +361,11 @@ class PPO(AbstractAlgorithm[PPOState]):
             )
             transition = jax.vmap(_transition)(
                 timestep, action, log_prob, value, next_timestep
+            )
+            transition = eqx.tree_at(
+                lambda t: t.observation,
+                transition,
+                self._store_observation(transition.observation),
             )
             timestep = next_timestep
             truncated_value = lax.cond(
@@ -361,6 +395,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         network = self.acting_model(model, observation_statistics)
 
         def evaluate(observation, action_mask, action):
+            observation = self._restore_observation(observation)
             distribution, value = network(observation, action_mask)
             if isinstance(distribution, MaskedCategorical):
                 num_valid = jnp.sum(distribution.probs > 0)
@@ -478,7 +513,9 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
         observation_statistics = state.observation_statistics
         if observation_statistics is not None:
-            observation_statistics = observation_statistics.update(flat[0].observation)
+            observation_statistics = observation_statistics.update(
+                self._restore_observation(flat[0].observation)
+            )
         metrics = jtu.tree_map(jnp.mean, statistics)
         metrics.update(episode_metrics(transitions))
         if transitions.action_mask is not None:

@@ -25,6 +25,8 @@ from ._registry import (
     register as register,
     registered_names as registered_names,
 )
+from ._render import save_gif as save_gif
+from ._snake import Snake as Snake, SnakeState as SnakeState
 from ._spaces import AbstractSpace as AbstractSpace, Box as Box, Discrete as Discrete
 from ._types import TimeStep as TimeStep
 from ._wrappers import (

@@ -5,6 +5,7 @@ from ._actor_critic import (
     MLPActorCritic as MLPActorCritic,
     MLPGaussianActorCritic as MLPGaussianActorCritic,
 )
+from ._cnn import CNNActorCritic as CNNActorCritic
 from ._init import orthogonal_matrices as orthogonal_matrices
 from ._normalization import (
     NormalizedActorCritic as NormalizedActorCritic,
@@ -13,4 +14,8 @@ from ._normalization import (
 from ._policy import (
     AbstractPolicy as AbstractPolicy,
     ActorCriticPolicy as ActorCriticPolicy,
+)
+from ._transformer import (
+    GridTransformerActorCritic as GridTransformerActorCritic,
+    TransformerBlock as TransformerBlock,
 )
