@@ -34,6 +34,8 @@ else:
     )
 
 from .algorithms import (  # noqa: E402
+    DQN as DQN,
+    IQN as IQN,
     PPO as PPO,
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,
