@@ -1,6 +1,6 @@
 """Train PPO on Snake on the CPU, then watch the greedy policy play.
 
-    python examples/snake_ppo.py --out runs/snake
+    python examples/snake_ppo.py --out runs/snake        # 6x6, MLP policy, 3M steps
     python examples/snake_ppo.py --size 10 --policy cnn --total-timesteps 5_000_000
 
 Runs the same compiled PPO iteration in chunks (one compiled call per chunk, state
@@ -44,10 +44,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("runs/snake_ppo"))
     parser.add_argument("--size", type=int, default=6, help="board height and width")
     parser.add_argument(
-        "--policy", choices=["cnn", "transformer", "mlp"], default="cnn"
+        "--policy",
+        choices=["mlp", "cnn", "transformer"],
+        default="mlp",
+        help="actor-critic: MLP on the flattened board (fastest to train on a CPU), "
+        "CNNActorCritic or GridTransformerActorCritic",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--total-timesteps", type=int, default=1_500_000)
+    parser.add_argument("--total-timesteps", type=int, default=3_000_000)
     parser.add_argument("--num-envs", type=int, default=128)
     parser.add_argument("--num-steps", type=int, default=64)
     parser.add_argument("--num-epochs", type=int, default=4)
@@ -218,6 +222,7 @@ def main() -> None:
     history: list[dict[str, np.ndarray]] = []
     done_iterations = 0
     start = time.perf_counter()
+    print("compiling the training iteration (the first chunk includes it) ...")
     while done_iterations < ppo.num_iterations:
         chunk = min(args.chunk, ppo.num_iterations - done_iterations)
         chunk_start = time.perf_counter()
@@ -230,11 +235,12 @@ def main() -> None:
         recent = np.nanmean(returns) if not np.isnan(returns).all() else math.nan
         length = np.nanmean(lengths) if not np.isnan(lengths).all() else math.nan
         steps = done_iterations * steps_per_iteration
+        speed = chunk * steps_per_iteration / (now - chunk_start)
+        note = " (incl. compile)" if len(history) == 1 else ""
         print(
             f"{steps:>10,d}/{ppo.total_timesteps:,d} steps "
-            f"| {chunk * steps_per_iteration / (now - chunk_start):>7,.0f} steps/s "
-            f"| return {recent:6.2f} | episode length {length:6.1f} "
-            f"| {now - start:5.0f} s",
+            f"| {speed:>7,.0f} steps/s{note} | return {recent:6.2f} "
+            f"| episode length {length:6.1f} | {now - start:5.0f} s",
             flush=True,
         )
     train_seconds = time.perf_counter() - start

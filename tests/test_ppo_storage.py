@@ -12,11 +12,6 @@ import eqxrl
 STANDARD_DTYPE_PROMOTION = True
 
 
-def small_cnn(env, key):
-    shape = env.observation_space.shape
-    return eqxrl.nn.CNNActorCritic(shape, 4, channels=(4,), hidden_size=16, key=key)
-
-
 def snake_ppo(size=4, num_envs=8, num_steps=16, iterations=2, **kwargs):
     return eqxrl.PPO(
         env=eqxrl.envs.Snake(height=size, width=size),
@@ -24,7 +19,7 @@ def snake_ppo(size=4, num_envs=8, num_steps=16, iterations=2, **kwargs):
         num_steps=num_steps,
         total_timesteps=num_envs * num_steps * iterations,
         num_minibatches=2,
-        network_factory=small_cnn,
+        hidden_sizes=(32, 32),
         **kwargs,
     )
 
