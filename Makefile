@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e ".[progress]"
+	$(BIN)/python -m pip install -e ".[training]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
@@ -18,7 +18,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(BIN)/python examples/cartpole_ppo.py --out runs/demo
+	$(BIN)/python examples/snake_ppo.py --out runs/demo
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests examples benchmarks
@@ -41,6 +41,9 @@ test: lint
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/env_throughput.py
 	$(BIN)/python benchmarks/ppo_cartpole.py
+	$(BIN)/python benchmarks/trainer_overhead.py
+	$(BIN)/python benchmarks/gymnasium_bridge.py
+	$(BIN)/python benchmarks/snake.py
 
 # Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.
 PEERS := .venv-peers
@@ -53,6 +56,7 @@ $(PEERS)/.installed: benchmarks/requirements-peers.txt
 
 bench-peers: $(PEERS)/.installed
 	$(PEERS)/bin/python benchmarks/peers.py
+	$(PEERS)/bin/python benchmarks/snake.py
 
 clean:
 	rm -rf $(VENV) $(PEERS) site runs .pytest_cache .ruff_cache

@@ -53,6 +53,7 @@ def test_public_names_have_docstrings():
         eqxrl.distributions,
         eqxrl.buffers,
         eqxrl.algorithms,
+        eqxrl.training,
     ]
     for package in packages:
         for name in dir(package):
@@ -69,9 +70,22 @@ def test_public_names_are_in_the_api_docs():
 
     api = Path(__file__).parent.parent / "docs" / "api"
     text = "\n".join(page.read_text() for page in api.glob("*.md"))
-    for package in [eqxrl.envs, eqxrl.nn, eqxrl.distributions, eqxrl.buffers]:
+    packages = [
+        eqxrl,
+        eqxrl.envs,
+        eqxrl.nn,
+        eqxrl.distributions,
+        eqxrl.buffers,
+        eqxrl.algorithms,
+        eqxrl.training,
+    ]
+    for package in packages:
         for name in dir(package):
             obj = getattr(package, name)
-            if name.startswith("_") or inspect.ismodule(obj):
+            if name.startswith("_") or inspect.ismodule(obj) or not callable(obj):
                 continue
-            assert f"::: {package.__name__}.{name}" in text, f"{name} not in docs"
+            documented = (
+                f"::: {package.__name__}.{name}\n" in text
+                or f"::: eqxrl.{name}\n" in text
+            )
+            assert documented, f"{package.__name__}.{name} is not in docs/api"

@@ -53,12 +53,8 @@ def test_truncation_bootstraps_and_termination_does_not():
     ones = jnp.ones((1, 1), jnp.float32)
     no = jnp.zeros((1, 1), bool)
     yes = jnp.ones((1, 1), bool)
-    truncated_advantage, _ = compute_gae(
-        ones, 0 * ones, 10 * ones, no, yes, 0.5, 0.95
-    )
-    terminated_advantage, _ = compute_gae(
-        ones, 0 * ones, 10 * ones, yes, no, 0.5, 0.95
-    )
+    truncated_advantage, _ = compute_gae(ones, 0 * ones, 10 * ones, no, yes, 0.5, 0.95)
+    terminated_advantage, _ = compute_gae(ones, 0 * ones, 10 * ones, yes, no, 0.5, 0.95)
     assert float(truncated_advantage[0, 0]) == pytest.approx(1.0 + 0.5 * 10.0)
     assert float(terminated_advantage[0, 0]) == pytest.approx(1.0)
 

@@ -64,12 +64,14 @@ def _own_parameters(class_: griffe.Class) -> list[griffe.Parameter]:
             continue
         if "property" in member.labels:
             continue
-        if "class-attribute" in member.labels and "instance-attribute" not in member.labels:
+        labels = member.labels
+        if "class-attribute" in labels and "instance-attribute" not in labels:
             continue  # ClassVar
         annotation = member.annotation
-        annotation_head = (
-            annotation.left if isinstance(annotation, griffe.ExprSubscript) else annotation
-        )
+        if isinstance(annotation, griffe.ExprSubscript):
+            annotation_head = annotation.left
+        else:
+            annotation_head = annotation
         if _canonical_path(annotation_head) in _ABSTRACT_VAR_PATHS:
             continue
         field_arguments = _field_arguments(member)
@@ -116,7 +118,7 @@ def _set_init(class_: griffe.Class) -> None:
         if parent is not class_ and init is not None and init.lineno:
             return  # a hand-written __init__ upstream: Equinox keeps it
         for parameter in _own_parameters(parent):
-            parameters.pop(parameter.name, None)
+            # Like dataclasses: a redefined field keeps its parent's position.
             parameters[parameter.name] = parameter
     ordered = sorted(
         parameters.values(),

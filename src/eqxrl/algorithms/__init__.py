@@ -16,4 +16,10 @@ from ._q_learning import (
     AbstractQLearning as AbstractQLearning,
     QLearningState as QLearningState,
 )
+from ._registry import (
+    algorithm_names as algorithm_names,
+    get_algorithm as get_algorithm,
+    register_algorithm as register_algorithm,
+)
 from ._returns import compute_gae as compute_gae
+from ._train import TrainResult as TrainResult, train as train

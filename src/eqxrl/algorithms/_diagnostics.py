@@ -1,3 +1,5 @@
+import os
+import sys
 import warnings
 from collections.abc import Mapping
 
@@ -16,7 +18,7 @@ def check_entropy_collapse(
     metrics: Mapping[str, ArrayLike],
     *,
     fraction: float = 0.05,
-    early: float = 0.25,
+    early: float = 0.1,
     warn: bool = True,
 ) -> int | None:
     """Find (and warn about, once) an early collapse of the policy's entropy.
@@ -65,6 +67,21 @@ def check_entropy_collapse(
                 "exploring; try a larger ent_coef, a smaller learning_rate or more "
                 "environments."
             ),
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
     return iteration
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first caller outside eqxrl and the libraries that wrap
+    its functions, so the warning points at the user's line."""
+    internal = ("eqxrl", "jaxtyping", "equinox", "beartype")
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None:
+        parts = frame.f_code.co_filename.split(os.sep)
+        if not any(name in parts for name in internal):
+            return level
+        frame = frame.f_back
+        level += 1
+    return 1

@@ -21,6 +21,7 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    step_with_auto_reset,
     unwrap,
 )
 from ..nn import (
@@ -118,6 +119,13 @@ class PPO(AbstractAlgorithm[PPOState]):
       `Discrete` actions, `MLPGaussianActorCritic` for `Box` actions).
     - `network_factory`: optional `factory(env, key) -> AbstractActorCritic` replacing
       the default MLP.
+    - `observation_storage_dtype`: store rollout observations in this dtype (e.g.
+      `jnp.uint8` or `jnp.bfloat16`) and cast them back to the environment's dtype
+      before the network sees them in the update. Rollout memory for observations
+      is `num_steps * num_envs * observation size * itemsize`, so `uint8` cuts it 4x
+      from float32. Lossless only when every observation value is exact in the
+      smaller dtype (e.g. 0/1 grids such as `Snake`'s); `None` (default) stores
+      observations as they come.
 
     !!! example
 
@@ -150,6 +158,11 @@ class PPO(AbstractAlgorithm[PPOState]):
     normalize_rewards: bool = eqx.field(static=True, default=False)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
+    observation_storage_dtype: jnp.dtype | None = eqx.field(
+        static=True,
+        default=None,
+        converter=lambda d: None if d is None else jnp.dtype(d),
+    )
 
     def __check_init__(self):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
@@ -200,6 +213,7 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     @property
     def minibatch_size(self) -> int:
+        """Transitions per minibatch: `num_envs * num_steps // num_minibatches`."""
         return self.num_envs * self.num_steps // self.num_minibatches
 
     @property
@@ -298,33 +312,30 @@ class PPO(AbstractAlgorithm[PPOState]):
         model = self.acting_model(state.model, state.observation_statistics)
         return ActorCriticPolicy(model, deterministic)
 
-    def _act_and_step(
-        self,
-        model: AbstractActorCritic,
-        env_state: PyTree,
-        timestep: TimeStep,
-        action_key: PRNGKeyArray,
-        step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, Transition]:
-        """One environment: sample an action and step (vmapped over environments)."""
+    def _act(
+        self, model: AbstractActorCritic, timestep: TimeStep, key: PRNGKeyArray
+    ) -> tuple[Array, Float[Array, ""], Float[Array, ""]]:
+        """One environment: sample an action (vmapped over environments)."""
         distribution, value = model(timestep.observation, timestep.action_mask)
-        action, log_prob = distribution.sample_and_log_prob(action_key)
-        env_state, next_timestep = self.training_env.step(env_state, action, step_key)
-        transition = Transition(
-            observation=timestep.observation,
-            action=action,
-            log_prob=log_prob,
-            value=value,
-            reward=next_timestep.reward,
-            terminated=next_timestep.terminated,
-            truncated=next_timestep.truncated,
-            action_mask=timestep.action_mask,
-            extras={
-                "episode_return": next_timestep.extras["episode_return"],
-                "episode_length": next_timestep.extras["episode_length"],
-            },
+        action, log_prob = distribution.sample_and_log_prob(key)
+        return action, log_prob, value
+
+    def _store_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
+        """The observation as the rollout stores it (`observation_storage_dtype`)."""
+        if self.observation_storage_dtype is None:
+            return observation
+        dtype = self.observation_storage_dtype
+        return jtu.tree_map(lambda x: x.astype(dtype), observation)
+
+    def _restore_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
+        """Stored observations (any batch shape) cast back to the dtypes the
+        environment returns."""
+        if self.observation_storage_dtype is None:
+            return observation
+        _, timestep = jax.eval_shape(self.env.reset, jr.key(0))
+        return jtu.tree_map(
+            lambda x, like: x.astype(like.dtype), observation, timestep.observation
         )
-        return env_state, next_timestep, transition
 
     def _collect(
         self, state: PPOState, key: PRNGKeyArray
@@ -337,15 +348,26 @@ class PPO(AbstractAlgorithm[PPOState]):
         final observations nor a critic pass per step are stored.
         """
         model = self.acting_model(state.model, state.observation_statistics)
-        act_and_step = eqx.filter_vmap(self._act_and_step, in_axes=(None, 0, 0, 0, 0))
+        act = eqx.filter_vmap(self._act, in_axes=(None, 0, 0))
         batched_value = jax.vmap(model.value)
+        inner_env = EpisodeStatistics(self.env)
 
         def step(carry, step_key):
             env_state, timestep = carry
-            keys = jr.split(step_key, (self.num_envs, 2))
-            env_state, timestep, transition = act_and_step(
-                model, env_state, timestep, keys[:, 0], keys[:, 1]
+            keys = jr.split(step_key, (self.num_envs, 3))
+            action, log_prob, value = act(model, timestep, keys[:, 0])
+            env_state, next_timestep = step_with_auto_reset(
+                inner_env, env_state, action, keys[:, 1], keys[:, 2]
             )
+            transition = jax.vmap(_transition)(
+                timestep, action, log_prob, value, next_timestep
+            )
+            transition = eqx.tree_at(
+                lambda t: t.observation,
+                transition,
+                self._store_observation(transition.observation),
+            )
+            timestep = next_timestep
             truncated_value = lax.cond(
                 jnp.any(transition.truncated),
                 lambda: jnp.where(
@@ -373,6 +395,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         network = self.acting_model(model, observation_statistics)
 
         def evaluate(observation, action_mask, action):
+            observation = self._restore_observation(observation)
             distribution, value = network(observation, action_mask)
             if isinstance(distribution, MaskedCategorical):
                 num_valid = jnp.sum(distribution.probs > 0)
@@ -491,7 +514,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         observation_statistics = state.observation_statistics
         if observation_statistics is not None:
             observation_statistics = observation_statistics.update(
-                flat[0].observation
+                self._restore_observation(flat[0].observation)
             )
         metrics = jtu.tree_map(jnp.mean, statistics)
         metrics.update(episode_metrics(transitions))
@@ -573,3 +596,27 @@ def _check_range(name: str, value: Array, low: float, high: float) -> None:
     number = float(value)
     if not (low <= number <= high) or math.isnan(number):
         raise ValueError(f"PPO: {name}={number} must lie in [{low}, {high}].")
+
+
+def _transition(
+    timestep: TimeStep,
+    action: Array,
+    log_prob: Float[Array, ""],
+    value: Float[Array, ""],
+    next_timestep: TimeStep,
+) -> Transition:
+    """The transition of one environment from `timestep` to `next_timestep`."""
+    return Transition(
+        observation=timestep.observation,
+        action=action,
+        log_prob=log_prob,
+        value=value,
+        reward=next_timestep.reward,
+        terminated=next_timestep.terminated,
+        truncated=next_timestep.truncated,
+        action_mask=timestep.action_mask,
+        extras={
+            "episode_return": next_timestep.extras["episode_return"],
+            "episode_length": next_timestep.extras["episode_length"],
+        },
+    )

@@ -7,12 +7,12 @@ from ._base import AbstractActionDistribution
 
 
 class MaskedCategorical(AbstractActionDistribution):
-    """A categorical distribution over `num_actions` actions, some of which may be invalid.
+    """A categorical distribution over actions, some of which may be invalid.
 
-    Built on `distreqx.distributions.Categorical`. Logits of masked (invalid) actions are
-    replaced by the most negative finite float32, so masked actions have probability
-    exactly zero, are never sampled, and get zero gradient; log-probabilities and
-    entropy stay finite. Samples are int32 (distreqx's are int8).
+    Built on `distreqx.distributions.Categorical`. Logits of masked (invalid)
+    actions are replaced by the most negative finite float32, so masked actions have
+    probability exactly zero, are never sampled, and get zero gradient;
+    log-probabilities and entropy stay finite. Samples are int32 (distreqx's are int8).
 
     A row whose every action is masked (e.g. a terminal state that has no legal move)
     is treated as uniform over all actions: sampling returns some action, `log_prob` is

@@ -79,9 +79,7 @@ class CartPole(AbstractEnvironment[CartPoleState]):
         sin_theta = jnp.sin(state.theta)
         total_mass = self.cart_mass + self.pole_mass
         pole_mass_length = self.pole_mass * self.pole_half_length
-        temp = (
-            force + pole_mass_length * state.theta_dot**2 * sin_theta
-        ) / total_mass
+        temp = (force + pole_mass_length * state.theta_dot**2 * sin_theta) / total_mass
         theta_acc = (self.gravity * sin_theta - cos_theta * temp) / (
             self.pole_half_length
             * (4.0 / 3.0 - self.pole_mass * cos_theta**2 / total_mass)

@@ -4,6 +4,7 @@ from ._cartpole import CartPole
 from ._environment import AbstractEnvironment
 from ._grid_maze import GridMaze
 from ._pendulum import Pendulum
+from ._snake import Snake
 from ._wrappers import TimeLimit
 
 _REGISTRY: dict[str, Callable[..., AbstractEnvironment]] = {}
@@ -40,7 +41,8 @@ def make(name: str, **kwargs) -> AbstractEnvironment:
 
     The environment: `"CartPole-v1"` is `TimeLimit(CartPole(), 500)` and
     `"Pendulum-v1"` is `TimeLimit(Pendulum(), 200)`, like gymnasium;
-    `"GridMaze-v0"` is `TimeLimit(GridMaze(), 50)`.
+    `"GridMaze-v0"` is `TimeLimit(GridMaze(), 50)`; `"Snake-v0"` is `Snake()`
+    (10x10 by default, with its own step limits).
 
     !!! example
 
@@ -70,6 +72,11 @@ def _grid_maze_v0(max_episode_steps: int = 50, **kwargs) -> AbstractEnvironment:
     return TimeLimit(GridMaze(**kwargs), max_episode_steps)
 
 
+def _snake_v0(**kwargs) -> AbstractEnvironment:
+    return Snake(**kwargs)
+
+
 register("CartPole-v1", _cartpole_v1)
 register("Pendulum-v1", _pendulum_v1)
 register("GridMaze-v0", _grid_maze_v0)
+register("Snake-v0", _snake_v0)

@@ -9,7 +9,7 @@ class TimeStep(eqx.Module):
 
     Termination (the episode reached a terminal state: do not bootstrap) and truncation
     (the episode was cut short, e.g. by a time limit: bootstrap from the last state) are
-    kept apart everywhere; see [concepts](../concepts.md#termination-vs-truncation).
+    kept apart everywhere; see [concepts][termination-vs-truncation].
 
     `reset` and `step` of one environment return TimeSteps with the same pytree
     structure, shapes and dtypes, so `(state, timestep)` can be carried through

@@ -5,6 +5,7 @@ from ._actor_critic import (
     MLPActorCritic as MLPActorCritic,
     MLPGaussianActorCritic as MLPGaussianActorCritic,
 )
+from ._cnn import CNNActorCritic as CNNActorCritic
 from ._init import orthogonal_matrices as orthogonal_matrices
 from ._normalization import (
     NormalizedActorCritic as NormalizedActorCritic,
@@ -22,4 +23,8 @@ from ._q_networks import (
     MLPQNetwork as MLPQNetwork,
     epsilon_greedy_action as epsilon_greedy_action,
     greedy_action as greedy_action,
+)
+from ._transformer import (
+    GridTransformerActorCritic as GridTransformerActorCritic,
+    TransformerBlock as TransformerBlock,
 )

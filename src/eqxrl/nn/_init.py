@@ -37,10 +37,7 @@ def orthogonal_matrices(
     row_index = jnp.arange(size)[:, None]
     column_index = jnp.arange(size)[None, :]
     masks = jnp.stack(
-        [
-            (row_index < max(shape)) & (column_index < min(shape))
-            for shape in shapes
-        ]
+        [(row_index < max(shape)) & (column_index < min(shape)) for shape in shapes]
     )
     q, r = jnp.linalg.qr(jnp.where(masks, noise, 0.0))
     # Make the factorization unique (and the result Haar-distributed).

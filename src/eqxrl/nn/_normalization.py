@@ -26,13 +26,15 @@ class RunningMeanStd(eqx.Module):
 
     @classmethod
     def zeros(cls, shape: tuple[int, ...]) -> "RunningMeanStd":
-        """Empty statistics: mean 0, variance 1, a tiny count so the first batch wins."""
+        """Empty statistics: mean 0, variance 1, a tiny count (the first batch wins)."""
         return cls(
-            jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.float32(1e-4)
+            jnp.zeros(shape, jnp.float32),
+            jnp.ones(shape, jnp.float32),
+            jnp.float32(1e-4),
         )
 
-    def update(self, batch: Float[Array, "batch *shape"]) -> "RunningMeanStd":
-        """Merge a batch of examples (leading axis) into the statistics (Chan et al.)."""
+    def update(self, batch: Float[Array, " batch *shape"]) -> "RunningMeanStd":
+        """Merge a batch of examples (leading axis) into the statistics."""
         batch = batch.astype(jnp.float32)
         batch_count = jnp.float32(batch.shape[0])
         batch_mean = batch.mean(axis=0)

@@ -1,0 +1,182 @@
+"""Snake throughput: eqxrl's Snake against Jumanji's Snake-v1, and PPO steps/s.
+
+    make bench-peers                      # in the peers venv, with Jumanji
+    python benchmarks/snake.py --pairs 5  # without Jumanji: eqxrl only
+
+Environment steps/s: `N` auto-resetting games stepped with `jax.vmap` inside one
+`lax.scan` (one compiled call), actions drawn uniformly among the valid moves from the
+action mask, the observation summed into the output so that it is really computed. Both
+libraries run the same loop, on the same board size and `N`, in the same process,
+alternating (A B A B ...); the script prints the median and best ratio over the pairs
+and the compile times separately. Jumanji's game is wrapped in its `AutoResetWrapper`
+(eqxrl's in `AutoReset`, which also keeps the pre-reset observation).
+
+PPO: steps/s of whole training iterations (rollout and updates, compiled once, compile
+time excluded) with the CNN, grid-transformer and MLP actor-critics.
+"""
+
+import argparse
+import statistics
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+
+import eqxrl
+
+try:
+    import jumanji
+    from jumanji.wrappers import AutoResetWrapper
+except ImportError:  # not installed outside the peers venv
+    jumanji = None
+
+
+def valid_move(key, action_mask):
+    """Uniform over the valid moves, for a batch of masks."""
+    logits = jnp.where(action_mask, 0.0, -jnp.inf)
+    return jr.categorical(key, logits).astype(jnp.int32)
+
+
+def eqxrl_loop(size: int, num_envs: int, num_steps: int):
+    env = eqxrl.envs.AutoReset(eqxrl.envs.Snake(height=size, width=size))
+
+    def run(key):
+        state, timestep = jax.vmap(env.reset)(jr.split(key, num_envs))
+
+        def body(carry, key):
+            state, timestep = carry
+            action_key, step_key = jr.split(key)
+            action = valid_move(action_key, timestep.action_mask)
+            state, timestep = jax.vmap(env.step)(
+                state, action, jr.split(step_key, num_envs)
+            )
+            checksum = timestep.reward.sum() + timestep.observation.sum()
+            return (state, timestep), checksum
+
+        _, checksums = jax.lax.scan(body, (state, timestep), jr.split(key, num_steps))
+        return checksums.sum()
+
+    return eqx.filter_jit(run)
+
+
+def jumanji_loop(size: int, num_envs: int, num_steps: int):
+    env = AutoResetWrapper(jumanji.make("Snake-v1", num_rows=size, num_cols=size))
+
+    def run(key):
+        state, timestep = jax.vmap(env.reset)(jr.split(key, num_envs))
+
+        def body(carry, key):
+            state, timestep = carry
+            action = valid_move(key, timestep.observation.action_mask)
+            state, timestep = jax.vmap(env.step)(state, action)
+            checksum = timestep.reward.sum() + timestep.observation.grid.sum()
+            return (state, timestep), checksum
+
+        _, checksums = jax.lax.scan(body, (state, timestep), jr.split(key, num_steps))
+        return checksums.sum()
+
+    return jax.jit(run)
+
+
+def compile_seconds(function, key) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(function(key))
+    return time.perf_counter() - start
+
+
+def timed(function, key) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(function(key))
+    return time.perf_counter() - start
+
+
+def benchmark_env(size: int, num_envs: int, pairs: int) -> None:
+    num_steps = max(64, min(32768, 2**18 // num_envs))
+    steps = num_envs * num_steps
+    ours = eqxrl_loop(size, num_envs, num_steps)
+    compile_ours = compile_seconds(ours, jr.key(0))
+    if jumanji is None:
+        times = [timed(ours, jr.key(i)) for i in range(pairs)]
+        print(
+            f"{size}x{size} N={num_envs:>5}: eqxrl {steps / min(times) / 1e6:6.3f} M "
+            f"steps/s (median {steps / statistics.median(times) / 1e6:.3f}) | compile "
+            f"{compile_ours:.1f} s",
+            flush=True,
+        )
+        return
+    theirs = jumanji_loop(size, num_envs, num_steps)
+    compile_theirs = compile_seconds(theirs, jr.key(0))
+    ours_times, theirs_times = [], []
+    for index in range(pairs):
+        ours_times.append(timed(ours, jr.key(index + 1)))
+        theirs_times.append(timed(theirs, jr.key(index + 1)))
+    ratios = [t / o for o, t in zip(ours_times, theirs_times)]
+    print(
+        f"{size}x{size} N={num_envs:>5}: eqxrl {steps / min(ours_times) / 1e6:6.3f} M "
+        f"steps/s, Jumanji {steps / min(theirs_times) / 1e6:6.3f} M steps/s (best of "
+        f"{pairs}) | ratio median {statistics.median(ratios):5.2f}x best "
+        f"{max(ratios):5.2f}x | compile eqxrl {compile_ours:.1f} s, Jumanji "
+        f"{compile_theirs:.1f} s",
+        flush=True,
+    )
+
+
+def benchmark_ppo(policy: str, size: int, iterations: int, repeats: int) -> None:
+    env = eqxrl.envs.Snake(height=size, width=size)
+
+    def factory(env, key):
+        shape = env.observation_space.shape
+        if policy == "cnn":
+            return eqxrl.nn.CNNActorCritic(shape, 4, key=key)
+        if policy == "transformer":
+            return eqxrl.nn.GridTransformerActorCritic(shape, 4, key=key)
+        return eqxrl.nn.MLPActorCritic(size * size * 3, 4, key=key)
+
+    num_envs, num_steps = 64, 64
+    ppo = eqxrl.PPO(
+        env=env,
+        num_envs=num_envs,
+        num_steps=num_steps,
+        total_timesteps=num_envs * num_steps * iterations,
+        network_factory=factory,
+        observation_storage_dtype=jnp.uint8,
+    )
+    run = eqx.filter_jit(ppo.train)
+    compile_time = compile_seconds(run, jr.key(0))
+    times = [timed(run, jr.key(i + 1)) for i in range(repeats)]
+    steps = ppo.num_iterations * num_envs * num_steps
+    print(
+        f"PPO {policy:>11} {size}x{size}, {num_envs} envs x {num_steps} steps, "
+        f"{ppo.num_epochs} epochs x {ppo.num_minibatches} minibatches: "
+        f"{steps / min(times):8,.0f} steps/s (best of {repeats}, median "
+        f"{steps / statistics.median(times):,.0f}) | compile {compile_time:.1f} s",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 12])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
+    parser.add_argument("--skip-env", action="store_true")
+    parser.add_argument("--skip-ppo", action="store_true")
+    args = parser.parse_args()
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].device_kind}; Jumanji "
+        f"{jumanji.__version__ if jumanji else 'not installed: eqxrl only'}"
+    )
+    if not args.skip_env:
+        for size in args.sizes:
+            for num_envs in args.num_envs:
+                benchmark_env(size, num_envs, args.pairs)
+    if not args.skip_ppo:
+        benchmark_ppo("mlp", 10, iterations=4, repeats=3)
+        benchmark_ppo("cnn", 10, iterations=2, repeats=3)
+        benchmark_ppo("transformer", 10, iterations=1, repeats=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""PPO rollout memory on Snake: the formula, the compiled figure and the measured peak.
+
+    python benchmarks/snake_memory.py            # 4096 envs x 128 steps, 10x10
+    python benchmarks/snake_memory.py --run      # also run one iteration per dtype
+                                                 # (separate processes) for peak RSS
+
+For each observation storage dtype (`float32`, i.e. PPO's default, and `uint8`, exact
+for Snake) it prints:
+
+- the rollout storage formula, `num_steps * num_envs * bytes per step`, where a step
+  stores the observation (`height * width * 3 * itemsize`) and 30 bytes of action,
+  log-probability, value, reward, flags, action mask and episode statistics, and the
+  update adds 16 bytes per step (truncation values, next values, advantages, returns);
+- the bytes of the stacked `Transition` of one rollout (`jax.eval_shape`);
+- XLA's scratch memory for one compiled `train_iteration` (`temp_size_in_bytes`),
+  which also holds the minibatch activations (minibatch size `num_envs * num_steps /
+  num_minibatches`);
+- with `--run`, the process's peak resident memory over one real iteration.
+"""
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+
+import eqxrl
+
+PER_STEP_SCALARS = 30  # action, log_prob, value, reward (4 each), flags (1+1),
+# action mask (4 x 1), episode return and length (4 + 4)
+PER_STEP_UPDATE = 16  # truncated values, next values, advantages, returns (4 each)
+
+
+def make_ppo(args, dtype):
+    env = eqxrl.envs.Snake(height=args.size, width=args.size)
+    return eqxrl.PPO(
+        env=env,
+        num_envs=args.num_envs,
+        num_steps=args.num_steps,
+        total_timesteps=args.num_envs * args.num_steps,
+        num_minibatches=args.num_minibatches,
+        network_factory=lambda env, key: eqxrl.nn.CNNActorCritic(
+            env.observation_space.shape, 4, key=key
+        ),
+        observation_storage_dtype=dtype,
+    )
+
+
+def analyse(args, dtype) -> dict:
+    ppo = make_ppo(args, dtype)
+    state = eqx.filter_jit(ppo.init)(jr.key(0))
+    transitions = jax.eval_shape(lambda state: ppo._collect(state, jr.key(0))[2], state)
+    transition_bytes = sum(
+        math.prod(leaf.shape) * leaf.dtype.itemsize
+        for leaf in jax.tree.leaves(transitions)
+    )
+    dynamic, static = eqx.partition((ppo, state), eqx.is_array)
+
+    def iteration(dynamic):
+        ppo, state = eqx.combine(dynamic, static)
+        return eqx.filter(ppo.train_iteration(state), eqx.is_array)
+
+    start = time.perf_counter()
+    compiled = jax.jit(iteration).lower(dynamic).compile()
+    compile_seconds = time.perf_counter() - start
+    result = {
+        "transition_bytes": transition_bytes,
+        "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
+        "compile_seconds": compile_seconds,
+    }
+    if args.run:
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(dynamic))
+        result["run_seconds"] = time.perf_counter() - start
+        result["peak_rss_bytes"] = (
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=10)
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--num-minibatches", type=int, default=32)
+    parser.add_argument("--run", action="store_true")
+    parser.add_argument("--child", choices=["float32", "uint8"])
+    args = parser.parse_args()
+    dtypes = {"float32": None, "uint8": jnp.uint8}
+    if args.child:
+        print(json.dumps(analyse(args, dtypes[args.child])))
+        return
+    steps = args.num_envs * args.num_steps
+    print(
+        f"Snake {args.size}x{args.size}, PPO {args.num_envs} envs x {args.num_steps} "
+        f"steps = {steps:,} transitions, CNN, {args.num_minibatches} minibatches of "
+        f"{steps // args.num_minibatches:,}"
+    )
+    for name in dtypes:
+        itemsize = jnp.dtype(name).itemsize
+        observation = args.size * args.size * 3 * itemsize
+        formula = steps * (observation + PER_STEP_SCALARS + PER_STEP_UPDATE)
+        command = [sys.argv[0], "--child", name] + [
+            f"--size={args.size}",
+            f"--num-envs={args.num_envs}",
+            f"--num-steps={args.num_steps}",
+            f"--num-minibatches={args.num_minibatches}",
+        ]
+        if args.run:
+            command.append("--run")
+        output = subprocess.run(
+            [sys.executable, *command], capture_output=True, text=True, check=True
+        ).stdout
+        result = json.loads(output.strip().splitlines()[-1])
+        line = (
+            f"{name:>7}: formula {steps:,} x ({observation} + {PER_STEP_SCALARS} + "
+            f"{PER_STEP_UPDATE}) B = {formula / 2**20:7.1f} MiB | stacked "
+            f"Transition {result['transition_bytes'] / 2**20:7.1f} MiB | XLA scratch "
+            f"for one iteration {result['temp_bytes'] / 2**20:7.1f} MiB"
+        )
+        if args.run:
+            line += (
+                f" | peak RSS {result['peak_rss_bytes'] / 2**20:7.1f} MiB "
+                f"(iteration {result['run_seconds']:.0f} s)"
+            )
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+import math
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+from ..distributions import MaskedCategorical
+from ._actor_critic import AbstractActorCritic
+from ._init import orthogonal_matrices
+
+
+def _he_uniform(
+    key: PRNGKeyArray, shape: tuple[int, ...], fan_in: int
+) -> Float[Array, "..."]:
+    """Uniform weights with variance `2 / fan_in` (He initialization for ReLU).
+
+    No LAPACK call, so it is safe to vmap on any CPU (see
+    [`orthogonal_matrices`][eqxrl.nn.orthogonal_matrices]).
+    """
+    bound = math.sqrt(6.0 / fan_in)
+    return jr.uniform(key, shape, jnp.float32, -bound, bound)
+
+
+def _policy_and_value_heads(
+    key: PRNGKeyArray, in_features: int, num_actions: int
+) -> tuple[eqx.nn.Linear, eqx.nn.Linear]:
+    """Linear actor and critic heads, orthogonal with gains 0.01 and 1 (one QR)."""
+    actor_weight, critic_weight = orthogonal_matrices(
+        key, [(num_actions, in_features), (1, in_features)], [0.01, 1.0]
+    )
+    heads = []
+    for weight in (actor_weight, critic_weight):
+        layer = eqx.nn.Linear(in_features, weight.shape[0], key=jr.key(0))
+        layer = eqx.tree_at(
+            lambda lin: (lin.weight, lin.bias),
+            layer,
+            (weight, jnp.zeros(weight.shape[0], jnp.float32)),
+        )
+        heads.append(layer)
+    return heads[0], heads[1]
+
+
+class CNNActorCritic(AbstractActorCritic):
+    """A small convolutional actor-critic for grid observations `[height, width, C]`.
+
+    A shared torso in the style of MinAtar's networks: `3x3` convolutions (same padding,
+    ReLU) over the observation plus one constant channel (so that the zero padding
+    marks the board's edges), flattened into one ReLU dense layer; then a linear policy
+    head (masked logits through
+    [`MaskedCategorical`][eqxrl.distributions.MaskedCategorical]) and a linear value
+    head. Convolutions and the dense layer use He-uniform initialization (no LAPACK
+    call); the heads are orthogonal with gains 0.01 (policy) and 1 (value), as in PPO
+    implementations. With the defaults a forward pass on a 10x10 board costs about
+    0.16 M multiply-adds (one convolution to 16 channels, a 64-wide dense layer).
+
+    **Arguments:**
+
+    - `observation_shape`: `(height, width, channels)` of one observation.
+    - `num_actions`: number of discrete actions.
+    - `channels`: output channels of each convolution.
+    - `hidden_size`: width of the dense layer after the convolutions.
+    - `key`: a PRNG key for the initial weights.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.Snake()
+        network = eqxrl.nn.CNNActorCritic(
+            env.observation_space.shape, 4, key=jax.random.key(0)
+        )
+        ppo = eqxrl.PPO(
+            env=env,
+            network_factory=lambda env, key: eqxrl.nn.CNNActorCritic(
+                env.observation_space.shape, env.action_space.num_values, key=key
+            ),
+        )
+        ```
+    """
+
+    convolutions: list[eqx.nn.Conv2d]
+    dense: eqx.nn.Linear
+    actor: eqx.nn.Linear
+    critic: eqx.nn.Linear
+
+    def __init__(
+        self,
+        observation_shape: Sequence[int],
+        num_actions: int,
+        *,
+        channels: Sequence[int] = (16,),
+        hidden_size: int = 64,
+        key: PRNGKeyArray,
+    ):
+        if len(observation_shape) != 3 or min(observation_shape) < 1:
+            raise ValueError(
+                "CNNActorCritic: observation_shape must be (height, width, channels) "
+                f"with positive entries, got {tuple(observation_shape)}."
+            )
+        if num_actions < 1 or hidden_size < 1 or any(c < 1 for c in channels):
+            raise ValueError(
+                f"CNNActorCritic: num_actions ({num_actions}), hidden_size "
+                f"({hidden_size}) and channels {tuple(channels)} must be positive."
+            )
+        height, width, in_channels = observation_shape
+        in_channels += 1  # a constant channel: zero padding then marks the edges
+        keys = jr.split(key, len(channels) + 2)
+        convolutions = []
+        for index, out_channels in enumerate(channels):
+            convolution = eqx.nn.Conv2d(
+                in_channels, out_channels, 3, padding="SAME", key=jr.key(0)
+            )
+            weight = _he_uniform(keys[index], convolution.weight.shape, in_channels * 9)
+            convolution = eqx.tree_at(
+                lambda conv: (conv.weight, conv.bias),
+                convolution,
+                (weight, jnp.zeros_like(convolution.bias)),
+            )
+            convolutions.append(convolution)
+            in_channels = out_channels
+        flat_size = height * width * in_channels
+        self.dense = eqx.tree_at(
+            lambda lin: (lin.weight, lin.bias),
+            eqx.nn.Linear(flat_size, hidden_size, key=jr.key(0)),
+            (
+                _he_uniform(keys[-2], (hidden_size, flat_size), flat_size),
+                jnp.zeros(hidden_size, jnp.float32),
+            ),
+        )
+        self.convolutions = convolutions
+        self.actor, self.critic = _policy_and_value_heads(
+            keys[-1], hidden_size, num_actions
+        )
+
+    def _features(
+        self, observation: Float[Array, "height width channels"]
+    ) -> Float[Array, " hidden"]:
+        x = jnp.transpose(observation.astype(jnp.float32), (2, 0, 1))
+        x = jnp.concatenate([x, jnp.ones_like(x[:1])])
+        for convolution in self.convolutions:
+            x = jax.nn.relu(convolution(x))
+        return jax.nn.relu(self.dense(jnp.ravel(x)))
+
+    def __call__(
+        self,
+        observation: Float[Array, "height width channels"],
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[MaskedCategorical, Float[Array, ""]]:
+        features = self._features(observation)
+        logits = self.actor(features)
+        return MaskedCategorical(logits, action_mask), self.critic(features)[0]
+
+    def value(
+        self, observation: Float[Array, "height width channels"]
+    ) -> Float[Array, ""]:
+        return self.critic(self._features(observation))[0]
