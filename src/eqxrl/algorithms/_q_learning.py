@@ -21,6 +21,7 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    step_with_auto_reset,
     unwrap,
 )
 from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
@@ -310,29 +311,17 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         )
 
     # -------------------------------------------------------------- iteration
-    def _act_and_step(
+    def _act(
         self,
         network: AbstractQNetwork,
         epsilon: Float[Array, ""],
-        env_state: PyTree,
         timestep: TimeStep,
         value_key: PRNGKeyArray,
         uniform: Float[Array, ""],
-        step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, ReplayTransition, dict[str, Array]]:
-        """One environment: act epsilon-greedily and step (vmapped over envs)."""
+    ) -> Int[Array, ""]:
+        """One environment's epsilon-greedy action (vmapped over environments)."""
         q_values = network.q_values(timestep.observation, value_key)
-        action = epsilon_greedy_action(q_values, uniform, epsilon, timestep.action_mask)
-        env_state, next_timestep = self.training_env.step(env_state, action, step_key)
-        statistics = {
-            "done": next_timestep.terminated | next_timestep.truncated,
-            "episode_return": next_timestep.extras["episode_return"],
-            "episode_length": next_timestep.extras["episode_length"],
-        }
-        if timestep.action_mask is not None:
-            statistics["invalid_action"] = ~timestep.action_mask[action]
-        transition = self._transition(timestep, action, next_timestep)
-        return env_state, next_timestep, transition, statistics
+        return epsilon_greedy_action(q_values, uniform, epsilon, timestep.action_mask)
 
     def _collect(
         self,
@@ -344,11 +333,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         """`train_frequency` steps of every environment, each added to the buffer.
 
         The randomness of all the steps is drawn up front, in three PRNG calls
-        rather than several per step.
+        rather than several per step. Environments are stepped with
+        [`step_with_auto_reset`][eqxrl.envs.step_with_auto_reset] (resets computed
+        only on steps where an episode ended).
         """
-        act_and_step = eqx.filter_vmap(
-            self._act_and_step, in_axes=(None, None, 0, 0, 0, 0, 0)
-        )
+        act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
+        transition = jax.vmap(self._transition)
+        env = self.training_env.env  # what AutoReset wraps
         first_step = state.iteration * self.steps_per_iteration
         shape = (self.train_frequency, self.num_envs)
 
@@ -356,16 +347,22 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             env_state, timestep, buffer = carry
             index, value_keys, uniforms, step_keys = inputs
             epsilon = self.epsilon(first_step + index * self.num_envs)
-            env_state, timestep, transition, statistics = act_and_step(
-                state.network,
-                epsilon,
-                env_state,
-                timestep,
-                value_keys,
-                uniforms,
-                step_keys,
+            action = act(state.network, epsilon, timestep, value_keys, uniforms)
+            env_state, next_timestep = step_with_auto_reset(
+                env, env_state, action, step_keys[:, 0], step_keys[:, 1]
             )
-            return (env_state, timestep, buffer.add(transition)), statistics
+            statistics = {
+                "done": next_timestep.terminated | next_timestep.truncated,
+                "episode_return": next_timestep.extras["episode_return"],
+                "episode_length": next_timestep.extras["episode_length"],
+            }
+            if timestep.action_mask is not None:
+                valid = jnp.take_along_axis(
+                    timestep.action_mask, action[:, None], axis=1
+                )[:, 0]
+                statistics["invalid_action"] = ~valid
+            buffer = buffer.add(transition(timestep, action, next_timestep))
+            return (env_state, next_timestep, buffer), statistics
 
         (env_state, timestep, buffer), statistics = _scan(
             step,
@@ -374,7 +371,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 jnp.arange(self.train_frequency, dtype=jnp.int32),
                 jr.split(value_key, shape),
                 jr.uniform(uniform_key, shape, jnp.float32),
-                jr.split(step_key, shape),
+                jr.split(step_key, (*shape, 2)),
             ),
         )
         return env_state, timestep, buffer, statistics
