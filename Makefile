@@ -44,6 +44,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/trainer_overhead.py
 	$(BIN)/python benchmarks/gymnasium_bridge.py
 	$(BIN)/python benchmarks/snake.py
+	$(BIN)/python benchmarks/value_based.py --parts buffer defaults
 
 # Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.
 PEERS := .venv-peers
@@ -57,6 +58,7 @@ $(PEERS)/.installed: benchmarks/requirements-peers.txt
 bench-peers: $(PEERS)/.installed
 	$(PEERS)/bin/python benchmarks/peers.py
 	$(PEERS)/bin/python benchmarks/snake.py
+	$(PEERS)/bin/python benchmarks/value_based.py --parts peers
 
 clean:
 	rm -rf $(VENV) $(PEERS) site runs .pytest_cache .ruff_cache

@@ -79,7 +79,7 @@ class DQN(AbstractQLearning):
     env: AbstractEnvironment
     num_envs: int = eqx.field(static=True, default=16)
     total_timesteps: int = eqx.field(static=True, default=500_000)
-    buffer_size: int = eqx.field(static=True, default=10_000)
+    buffer_size: int = eqx.field(static=True, default=20_000)
     learning_starts: int = eqx.field(static=True, default=10_000)
     train_frequency: int = eqx.field(static=True, default=1)
     gradient_steps: int = eqx.field(static=True, default=1)
