@@ -159,7 +159,8 @@ class CNNActorCritic(AbstractActorCritic):
         x = observation.astype(jnp.float32)
         x = jnp.concatenate([x, jnp.ones_like(x[..., :1])], axis=-1)
         for convolution in self.convolutions:
-            x = jax.nn.relu(_patches(x) @ convolution.weight.T + convolution.bias)
+            bias = convolution.bias[None, None, :]
+            x = jax.nn.relu(_patches(x) @ convolution.weight.T + bias)
         return jax.nn.relu(self.dense(jnp.ravel(x)))
 
     def __call__(
