@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e ".[progress,render,plot]"
+	$(BIN)/python -m pip install -e ".[training]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
@@ -41,6 +41,8 @@ test: lint
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/env_throughput.py
 	$(BIN)/python benchmarks/ppo_cartpole.py
+	$(BIN)/python benchmarks/trainer_overhead.py
+	$(BIN)/python benchmarks/gymnasium_bridge.py
 	$(BIN)/python benchmarks/snake.py
 
 # Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.

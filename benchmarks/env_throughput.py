@@ -2,10 +2,13 @@
 
 Measures `AutoReset(eqxrl.envs.make("CartPole-v1"))` stepped with uniformly random
 actions: `jax.vmap` over N environments inside a `jax.lax.scan` of S steps, compiled
-as one program. For each N it prints the compile time (trace + XLA compile, timed
+as one program; the rollout sums rewards and observations, so that XLA cannot drop
+the observation work. For each N it prints the compile time (trace + XLA compile, timed
 with ahead-of-time `.lower(...).compile()`) and the environment steps per second of
 the compiled program (N * S / wall time, compile excluded, best and median over
-`--repeats` calls with different keys, after one untimed warm-up call).
+`--repeats` calls with different keys, after one untimed warm-up call). S is
+`--steps`, raised for small N so that one call makes at least `--min-work`
+environment steps (a 1000-step call at N=1 lasts milliseconds, within the noise).
 
 Run (from the repository root, in the dev venv):
 
@@ -33,6 +36,12 @@ import eqxrl
 DEFAULT_NUM_ENVS = (1, 64, 1024, 4096)
 DEFAULT_STEPS = 1000
 DEFAULT_REPEATS = 5
+DEFAULT_MIN_WORK = 100_000
+
+
+def scan_length(num_envs: int, steps: int, min_work: int = DEFAULT_MIN_WORK) -> int:
+    """`steps`, or more so that `num_envs * length >= min_work`."""
+    return max(steps, -(-min_work // num_envs))
 
 
 def timed_call(compiled: Callable, *args) -> float:
@@ -47,17 +56,19 @@ def _eqxrl_rollout(env: eqxrl.envs.AbstractEnvironment, key, num_envs: int, step
     state, _ = jax.vmap(env.reset)(jr.split(reset_key, num_envs))
 
     def body(carry, step_key):
-        state, total_reward = carry
+        state, total = carry
         action_key, env_key = jr.split(step_key)
         actions = jr.randint(action_key, (num_envs,), 0, 2)
         state, timestep = jax.vmap(env.step)(
             state, actions, jr.split(env_key, num_envs)
         )
-        return (state, total_reward + timestep.reward), None
+        # Consume reward and observation, as an agent would (else XLA drops work).
+        total = total + timestep.reward + timestep.observation.sum(axis=-1)
+        return (state, total), None
 
     init = (state, jnp.zeros(num_envs, jnp.float32))
-    (state, total_reward), _ = jax.lax.scan(body, init, jr.split(scan_key, steps))
-    return state, total_reward
+    (state, total), _ = jax.lax.scan(body, init, jr.split(scan_key, steps))
+    return state, total
 
 
 def compile_eqxrl(num_envs: int, steps: int) -> tuple[Callable[[int], float], float]:
@@ -114,18 +125,28 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, nargs="+", default=DEFAULT_NUM_ENVS)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument(
+        "--min-work",
+        type=int,
+        default=DEFAULT_MIN_WORK,
+        help="raise the scan length of small N to this many env steps per call",
+    )
     args = parser.parse_args()
 
     print(
-        f"eqxrl CartPole-v1 (AutoReset), random actions, scan of {args.steps} steps, "
+        f"eqxrl CartPole-v1 (AutoReset), random actions, scan of S steps, "
         f"best/median of {args.repeats} (jax {jax.__version__}, "
         f"{jax.devices()[0].platform})"
     )
-    print(f"{'N':>6} {'best steps/s':>14} {'median steps/s':>15} {'compile s':>10}")
+    print(
+        f"{'N':>6} {'S':>7} {'best steps/s':>14} {'median steps/s':>15} "
+        f"{'compile s':>10}"
+    )
     for num_envs in args.num_envs:
-        result = measure_eqxrl(num_envs, args.steps, args.repeats)
+        steps = scan_length(num_envs, args.steps, args.min_work)
+        result = measure_eqxrl(num_envs, steps, args.repeats)
         print(
-            f"{num_envs:>6} {result['best_sps']:>14,.0f} "
+            f"{num_envs:>6} {steps:>7} {result['best_sps']:>14,.0f} "
             f"{result['median_sps']:>15,.0f} {result['compile_s']:>10.2f}",
             flush=True,
         )

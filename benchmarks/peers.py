@@ -10,8 +10,10 @@ median round ratio, the best round ratio, best-run vs best-run, compile times an
 final returns.
 
 (a) Environment throughput: eqxrl `AutoReset(make("CartPole-v1"))` vs gymnax
-    `CartPole-v1` (its `step` auto-resets), random actions, `jax.vmap` over N envs
-    inside a `lax.scan` of `--env-steps` steps, for N in `--num-envs`.
+    `CartPole-v1` (its `step` auto-resets), random actions, rewards and observations
+    summed on both sides (so that XLA drops no work), `jax.vmap` over N envs
+    inside a `lax.scan` of S steps, for N in `--num-envs`; S is `--env-steps`,
+    raised for small N to make `--min-work` env steps per call (same S for both).
 (b) PPO training steps/s: eqxrl `PPO` (defaults = the contract config: 4 envs x 128
     steps, 976 iterations = 499,712 steps, 4 epochs x 4 minibatches, lr 2.5e-4
     annealed, gamma 0.99, GAE 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm 0.5,
@@ -37,7 +39,8 @@ log it; rejax does not); "eval" is rejax's own evaluator (`rejax.evaluate`: 128
 episodes of gymnax CartPole-v1, sampled actions) applied to each contestant's final
 policy from the last round.
 
-Run (from the repository root; about 4-5 minutes with defaults):
+Run (from the repository root; with defaults and PureJaxRL 4.5-7 minutes measured
+on a 2-core CPU loaded ~4x by other jobs, less when idle):
 
     make bench-peers    # creates .venv-peers, then runs this without PureJaxRL
     NPROC=8 .venv-peers/bin/python benchmarks/peers.py --purejaxrl /tmp/pjrl/ppo.py
@@ -59,7 +62,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import rejax
-from env_throughput import compile_eqxrl, timed_call
+from env_throughput import compile_eqxrl, scan_length, timed_call
 from ppo_cartpole import compile_eqxrl_ppo, make_ppo
 from rejax.evaluate import evaluate as rejax_evaluate
 
@@ -115,17 +118,17 @@ def compile_gymnax(num_envs: int, steps: int) -> tuple[Callable[[int], float], f
         )
 
         def body(carry, step_key):
-            state, total_reward = carry
+            state, total = carry
             action_key, env_key = jr.split(step_key)
             actions = jr.randint(action_key, (num_envs,), 0, 2)
-            _, state, reward, _, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            obs, state, reward, _, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
                 jr.split(env_key, num_envs), state, actions, env_params
             )
-            return (state, total_reward + reward), None
+            return (state, total + reward + obs.sum(axis=-1)), None
 
         init = (state, jnp.zeros(num_envs, jnp.float32))
-        (state, total_reward), _ = jax.lax.scan(body, init, jr.split(scan_key, steps))
-        return state, total_reward
+        (state, total), _ = jax.lax.scan(body, init, jr.split(scan_key, steps))
+        return state, total
 
     start = time.perf_counter()
     compiled = jax.jit(rollout).lower(env_params, jr.PRNGKey(0)).compile()
@@ -432,6 +435,7 @@ def main() -> None:
     )
     parser.add_argument("--num-envs", type=int, nargs="+", default=(1, 1024, 4096))
     parser.add_argument("--env-steps", type=int, default=1000)
+    parser.add_argument("--min-work", type=int, default=100_000)
     parser.add_argument("--purejaxrl", type=Path, default=None, help="path to ppo.py")
     parser.add_argument("--skip-env", action="store_true")
     parser.add_argument("--skip-ppo", action="store_true")
@@ -451,7 +455,8 @@ def main() -> None:
     results = []
     if not args.skip_env:
         for num_envs in args.num_envs:
-            results.append(compare_env(num_envs, args.env_steps, args.env_pairs))
+            steps = scan_length(num_envs, args.env_steps, args.min_work)
+            results.append(compare_env(num_envs, steps, args.env_pairs))
     if not args.skip_ppo:
         results.extend(compare_ppo(args.pairs, args.purejaxrl))
 

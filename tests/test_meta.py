@@ -53,6 +53,7 @@ def test_public_names_have_docstrings():
         eqxrl.distributions,
         eqxrl.buffers,
         eqxrl.algorithms,
+        eqxrl.training,
     ]
     for package in packages:
         for name in dir(package):
@@ -76,6 +77,7 @@ def test_public_names_are_in_the_api_docs():
         eqxrl.distributions,
         eqxrl.buffers,
         eqxrl.algorithms,
+        eqxrl.training,
     ]
     for package in packages:
         for name in dir(package):

@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -94,3 +95,36 @@ def test_spaces():
     assert sample.shape == (2,) and bool(box.contains(sample))
     with pytest.raises(ValueError, match="low"):
         eqxrl.envs.Box(1.0, -1.0)
+
+
+def test_step_with_auto_reset_matches_auto_reset():
+    env = EpisodeStatistics(TimeLimit(CartPole(), 500))
+    num_envs = 6
+    keys = jr.split(jr.key(0), num_envs)
+    states, _ = jax.vmap(AutoReset(env).reset)(keys)
+    # Push half the cart-poles to the edge so that they terminate on this step.
+    x = jnp.where(jnp.arange(num_envs) < 3, 2.39, 0.0).astype(jnp.float32)
+    states = eqx.tree_at(lambda s: s.env_state.env_state.x, states, x)
+    states = eqx.tree_at(
+        lambda s: s.env_state.env_state.x_dot, states, jnp.ones(num_envs)
+    )
+    actions = jnp.ones(num_envs, jnp.int32)
+    step_keys = jr.split(jr.key(1), num_envs)
+    reset_keys = jr.split(jr.key(2), num_envs)
+    lazy_states, lazy = eqxrl.envs.step_with_auto_reset(
+        env, states, actions, step_keys, reset_keys
+    )
+    _, eager = jax.vmap(AutoReset(env).step)(states, actions, step_keys)
+    done = np.asarray(eager.terminated)
+    assert done.tolist() == [True] * 3 + [False] * 3
+    for name in ("reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(getattr(lazy, name), getattr(eager, name))
+    for name, values in eager.extras.items():
+        np.testing.assert_array_equal(lazy.extras[name], values, err_msg=name)
+    observation = np.asarray(lazy.observation)
+    np.testing.assert_array_equal(
+        observation[~done], np.asarray(eager.observation)[~done]
+    )
+    assert np.abs(observation[done]).max() <= 0.05  # fresh resets
+    assert (np.asarray(lazy_states.episode_length)[done] == 0).all()
+    assert (np.asarray(lazy_states.episode_length)[~done] == 1).all()

@@ -21,6 +21,7 @@ if TYPECHECK:
             distributions as distributions,
             envs as envs,
             nn as nn,
+            training as training,
         )
 else:
     from . import (
@@ -29,13 +30,22 @@ else:
         distributions as distributions,
         envs as envs,
         nn as nn,
+        training as training,
     )
 
 from .algorithms import (  # noqa: E402
+    DQN as DQN,
+    IQN as IQN,
     PPO as PPO,
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
     TrainResult as TrainResult,
     train as train,
+)
+from .training import (  # noqa: E402
+    Trainer as Trainer,
+    load_checkpoint as load_checkpoint,
+    load_policy as load_policy,
+    save_checkpoint as save_checkpoint,
 )

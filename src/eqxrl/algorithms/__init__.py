@@ -5,10 +5,16 @@ from ._diagnostics import (
     EntropyCollapseWarning as EntropyCollapseWarning,
     check_entropy_collapse as check_entropy_collapse,
 )
+from ._dqn import DQN as DQN
+from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
 from ._ppo import (
     PPO as PPO,
     PPOState as PPOState,
     episode_metrics as episode_metrics,
+)
+from ._q_learning import (
+    AbstractQLearning as AbstractQLearning,
+    QLearningState as QLearningState,
 )
 from ._registry import (
     algorithm_names as algorithm_names,

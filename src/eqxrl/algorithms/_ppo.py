@@ -21,6 +21,7 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    step_with_auto_reset,
     unwrap,
 )
 from ..nn import (
@@ -311,33 +312,13 @@ class PPO(AbstractAlgorithm[PPOState]):
         model = self.acting_model(state.model, state.observation_statistics)
         return ActorCriticPolicy(model, deterministic)
 
-    def _act_and_step(
-        self,
-        model: AbstractActorCritic,
-        env_state: PyTree,
-        timestep: TimeStep,
-        action_key: PRNGKeyArray,
-        step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, Transition]:
-        """One environment: sample an action and step (vmapped over environments)."""
+    def _act(
+        self, model: AbstractActorCritic, timestep: TimeStep, key: PRNGKeyArray
+    ) -> tuple[Array, Float[Array, ""], Float[Array, ""]]:
+        """One environment: sample an action (vmapped over environments)."""
         distribution, value = model(timestep.observation, timestep.action_mask)
-        action, log_prob = distribution.sample_and_log_prob(action_key)
-        env_state, next_timestep = self.training_env.step(env_state, action, step_key)
-        transition = Transition(
-            observation=self._store_observation(timestep.observation),
-            action=action,
-            log_prob=log_prob,
-            value=value,
-            reward=next_timestep.reward,
-            terminated=next_timestep.terminated,
-            truncated=next_timestep.truncated,
-            action_mask=timestep.action_mask,
-            extras={
-                "episode_return": next_timestep.extras["episode_return"],
-                "episode_length": next_timestep.extras["episode_length"],
-            },
-        )
-        return env_state, next_timestep, transition
+        action, log_prob = distribution.sample_and_log_prob(key)
+        return action, log_prob, value
 
     def _store_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
         """The observation as the rollout stores it (`observation_storage_dtype`)."""
@@ -367,15 +348,26 @@ class PPO(AbstractAlgorithm[PPOState]):
         final observations nor a critic pass per step are stored.
         """
         model = self.acting_model(state.model, state.observation_statistics)
-        act_and_step = eqx.filter_vmap(self._act_and_step, in_axes=(None, 0, 0, 0, 0))
+        act = eqx.filter_vmap(self._act, in_axes=(None, 0, 0))
         batched_value = jax.vmap(model.value)
+        inner_env = EpisodeStatistics(self.env)
 
         def step(carry, step_key):
             env_state, timestep = carry
-            keys = jr.split(step_key, (self.num_envs, 2))
-            env_state, timestep, transition = act_and_step(
-                model, env_state, timestep, keys[:, 0], keys[:, 1]
+            keys = jr.split(step_key, (self.num_envs, 3))
+            action, log_prob, value = act(model, timestep, keys[:, 0])
+            env_state, next_timestep = step_with_auto_reset(
+                inner_env, env_state, action, keys[:, 1], keys[:, 2]
             )
+            transition = jax.vmap(_transition)(
+                timestep, action, log_prob, value, next_timestep
+            )
+            transition = eqx.tree_at(
+                lambda t: t.observation,
+                transition,
+                self._store_observation(transition.observation),
+            )
+            timestep = next_timestep
             truncated_value = lax.cond(
                 jnp.any(transition.truncated),
                 lambda: jnp.where(
@@ -604,3 +596,27 @@ def _check_range(name: str, value: Array, low: float, high: float) -> None:
     number = float(value)
     if not (low <= number <= high) or math.isnan(number):
         raise ValueError(f"PPO: {name}={number} must lie in [{low}, {high}].")
+
+
+def _transition(
+    timestep: TimeStep,
+    action: Array,
+    log_prob: Float[Array, ""],
+    value: Float[Array, ""],
+    next_timestep: TimeStep,
+) -> Transition:
+    """The transition of one environment from `timestep` to `next_timestep`."""
+    return Transition(
+        observation=timestep.observation,
+        action=action,
+        log_prob=log_prob,
+        value=value,
+        reward=next_timestep.reward,
+        terminated=next_timestep.terminated,
+        truncated=next_timestep.truncated,
+        action_mask=timestep.action_mask,
+        extras={
+            "episode_return": next_timestep.extras["episode_return"],
+            "episode_length": next_timestep.extras["episode_length"],
+        },
+    )

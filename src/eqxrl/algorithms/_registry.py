@@ -1,4 +1,6 @@
 from ._base import AbstractAlgorithm
+from ._dqn import DQN
+from ._iqn import IQN
 from ._ppo import PPO
 
 _ALGORITHMS: dict[str, type[AbstractAlgorithm]] = {}
@@ -35,3 +37,5 @@ def get_algorithm(name: str) -> type[AbstractAlgorithm]:
 
 
 register_algorithm("ppo", PPO)
+register_algorithm("dqn", DQN)
+register_algorithm("iqn", IQN)

@@ -1,3 +1,9 @@
-"""Storage for experience: transitions and rollouts."""
+"""Storage for experience: on-policy transitions and the replay buffer."""
 
+from ._replay import (
+    ReplayBuffer as ReplayBuffer,
+    ReplaySample as ReplaySample,
+    ReplayTransition as ReplayTransition,
+    n_step_return as n_step_return,
+)
 from ._transition import Transition as Transition

@@ -1,4 +1,5 @@
-"""Environments: the core types, wrappers, spaces and the built-in environments."""
+"""Environments: the core types, wrappers, spaces, the built-in environments and
+adapters to and from gymnax and gymnasium."""
 
 from ._cartpole import CartPole as CartPole, CartPoleState as CartPoleState
 from ._environment import (
@@ -7,6 +8,17 @@ from ._environment import (
     unwrap as unwrap,
 )
 from ._grid_maze import GridMaze as GridMaze, GridMazeState as GridMazeState
+from ._gymnasium import (
+    FromGymnasium as FromGymnasium,
+    FromGymnasiumState as FromGymnasiumState,
+    from_gymnasium as from_gymnasium,
+)
+from ._gymnax import (
+    FromGymnax as FromGymnax,
+    ToGymnax as ToGymnax,
+    from_gymnax as from_gymnax,
+    to_gymnax as to_gymnax,
+)
 from ._pendulum import Pendulum as Pendulum, PendulumState as PendulumState
 from ._registry import (
     make as make,
@@ -25,4 +37,5 @@ from ._wrappers import (
     RescaleAction as RescaleAction,
     TimeLimit as TimeLimit,
     TimeLimitState as TimeLimitState,
+    step_with_auto_reset as step_with_auto_reset,
 )

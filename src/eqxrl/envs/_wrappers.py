@@ -1,8 +1,10 @@
 import equinox as eqx
+import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
 
 from ._environment import AbstractEnvironment, AbstractWrapper
 from ._spaces import AbstractSpace, Box
@@ -260,3 +262,65 @@ class RescaleAction(AbstractWrapper):
         return self.env.step(
             state, space.low + fraction * (space.high - space.low), key
         )
+
+
+# One PRNG key per environment: typed keys, or legacy uint32 keys.
+BatchedKeys = Key[Array, " num_envs"] | UInt32[Array, "num_envs 2"]
+
+
+def step_with_auto_reset(
+    env: AbstractEnvironment,
+    state: PyTree,
+    action: PyTree,
+    step_keys: BatchedKeys,
+    reset_keys: BatchedKeys,
+) -> tuple[PyTree, TimeStep]:
+    """`jax.vmap(AutoReset(env).step)` for a batch of environments, resetting lazily.
+
+    The same result as stepping every environment through
+    [`AutoReset`][eqxrl.envs.AutoReset] (up to which keys draw the resets), but the
+    batch of resets is computed only on steps where some environment's episode
+    ended (a `lax.cond` on the whole batch). Resets are rare, so this saves most of
+    the reset work, which otherwise doubles the cost of a cheap environment's step.
+    Under a further `vmap` (e.g. over seeds) the condition becomes a select and the
+    cost is the same as `AutoReset`'s.
+
+    **Arguments:**
+
+    - `env`: the (unbatched, not auto-resetting) environment.
+    - `state`, `action`: batched over a leading `num_envs` axis.
+    - `step_keys`, `reset_keys`: one PRNG key per environment, for the step and for
+      a possible reset.
+
+    **Returns:**
+
+    `(state, timestep)` batched, with `extras["final_observation"]` as `AutoReset`
+    sets it.
+    """
+    state, timestep = jax.vmap(env.step)(state, action, step_keys)
+    done = timestep.terminated | timestep.truncated
+    resettable = (state, timestep.observation, timestep.action_mask)
+
+    def with_resets():
+        reset_state, reset_timestep = jax.vmap(env.reset)(reset_keys)
+
+        def select(reset_leaf: Array, leaf: Array) -> Array:
+            mask = done.reshape(done.shape + (1,) * (leaf.ndim - 1))
+            return jnp.where(mask, reset_leaf, leaf)
+
+        fresh = (reset_state, reset_timestep.observation, reset_timestep.action_mask)
+        return jtu.tree_map(select, fresh, resettable)
+
+    next_state, observation, action_mask = lax.cond(
+        jnp.any(done), with_resets, lambda: resettable
+    )
+    extras = dict(timestep.extras)
+    extras["final_observation"] = timestep.observation
+    # Batched leaves: replace fields in place (the constructor checks one example).
+    timestep = eqx.tree_at(
+        lambda t: (t.observation, t.action_mask, t.extras),
+        timestep,
+        (observation, action_mask, extras),
+        is_leaf=lambda x: x is None,
+    )
+    return next_state, timestep

@@ -1,4 +1,4 @@
-"""Networks: actor-critics, policies, normalization and initializers."""
+"""Networks: actor-critics, Q-networks, policies, normalization and initializers."""
 
 from ._actor_critic import (
     AbstractActorCritic as AbstractActorCritic,
@@ -14,6 +14,15 @@ from ._normalization import (
 from ._policy import (
     AbstractPolicy as AbstractPolicy,
     ActorCriticPolicy as ActorCriticPolicy,
+)
+from ._q_networks import (
+    AbstractQNetwork as AbstractQNetwork,
+    AbstractQuantileNetwork as AbstractQuantileNetwork,
+    EpsilonGreedyPolicy as EpsilonGreedyPolicy,
+    ImplicitQuantileNetwork as ImplicitQuantileNetwork,
+    MLPQNetwork as MLPQNetwork,
+    epsilon_greedy_action as epsilon_greedy_action,
+    greedy_action as greedy_action,
 )
 from ._transformer import (
     GridTransformerActorCritic as GridTransformerActorCritic,

@@ -1,0 +1,141 @@
+"""What the training driver costs: `eqxrl.Trainer` against the one-program `train`.
+
+PPO on CartPole-v1 with the default (PureJaxRL) configuration, 4 envs x 128 steps,
+`--total-timesteps` steps (default 2^18: 512 iterations). Variants, alternated in one
+process (A B C D, A B C D, ...) so that machine noise hits all alike:
+
+- `train`: `ppo.train(key)`, the whole run as one compiled program (no host work);
+- `trainer16`: `Trainer(ppo, chunk_size=16).fit(seed)`, no files, no evaluation:
+  the chunked loop alone (a `lax.cond` per iteration, a host round trip per chunk);
+- `trainer64`: the same with chunks of 64 iterations;
+- `trainer16+files`: chunks of 16 with everything a real run writes: metrics.csv
+  every chunk, a checkpoint every tenth of the run, the policy, curve.png, and the
+  final 16-episode evaluation.
+
+It prints the compile time of each program (ahead-of-time `.lower().compile()`,
+separately from running), the run time of every round, then per variant the median
+and best environment steps per second and the median and best ratio to `train`.
+Every variant must end with bit-identical parameters (checked).
+
+    .venv/bin/python benchmarks/trainer_overhead.py --rounds 5
+"""
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import equinox as eqx
+import jax
+import jax.random as jr
+import numpy as np
+
+import eqxrl
+
+
+def parameters(state) -> list[np.ndarray]:
+    return [
+        np.asarray(x) for x in jax.tree.leaves(eqx.filter(state.model, eqx.is_array))
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--total-timesteps", type=int, default=2**18)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("CartPole-v1"), total_timesteps=args.total_timesteps
+    )
+    steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
+    print(
+        f"PPO CartPole-v1, {ppo.num_iterations} iterations x "
+        f"{ppo.num_envs * ppo.num_steps} steps = {steps:,d} steps, on "
+        f"{eqxrl.training.describe_devices()}"
+    )
+
+    # Compile times, separately from running.
+    one_program = eqx.filter_jit(
+        lambda algorithm, key: algorithm.train_iterations(
+            algorithm.init(key), algorithm.num_iterations
+        )
+    )
+    start = time.perf_counter()
+    compiled_train = one_program.lower(ppo, jr.key(0)).compile()
+    print(f"compile train:        {time.perf_counter() - start:6.1f} s")
+
+    def run_train(seed: int):
+        state, _ = compiled_train(ppo, jr.key(seed))
+        jax.block_until_ready(state)
+        return state
+
+    def trainer_runner(chunk_size: int, files: bool):
+        def run(seed: int):
+            with tempfile.TemporaryDirectory() as folder:
+                trainer = eqxrl.Trainer(
+                    ppo,
+                    out=folder if files else None,
+                    chunk_size=chunk_size,
+                    eval_episodes=16 if files else 0,
+                    loggers=None if files else (),
+                    progress=False,
+                    verbose=False,
+                )
+                state, _ = trainer.fit(seed=seed)
+                jax.block_until_ready(state)
+            return state
+
+        return run
+
+    variants = {
+        "train": run_train,
+        "trainer16": trainer_runner(16, files=False),
+        "trainer64": trainer_runner(64, files=False),
+        "trainer16+files": trainer_runner(16, files=True),
+    }
+    # Warm-up: compiles the Trainer's chunk programs (timed) and the rest.
+    for name in ("trainer16", "trainer64"):
+        chunk = 16 if name == "trainer16" else 64
+        state = eqx.filter_jit(ppo.init)(jr.key(0))
+        start = time.perf_counter()
+        eqxrl.training._trainer._run_chunk.lower(
+            ppo, state, jax.numpy.int32(0), chunk, False
+        ).compile()
+        print(
+            f"compile {name}:    {time.perf_counter() - start:6.1f} s (chunk program)"
+        )
+    reference = None
+    for name, run in variants.items():
+        state = run(0)
+        if reference is None:
+            reference = parameters(state)
+        same = all(np.array_equal(a, b) for a, b in zip(reference, parameters(state)))
+        print(f"warm-up {name:<16} bit-identical to train: {same}")
+        assert same, name
+
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for round_index in range(args.rounds):
+        line = [f"round {round_index + 1}:"]
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run(round_index + 1)
+            elapsed = time.perf_counter() - start
+            seconds[name].append(elapsed)
+            line.append(f"{name} {elapsed:5.2f} s")
+        print("  ".join(line))
+
+    print(f"\nsteps/s over {args.rounds} rounds (compile excluded), ratio to train:")
+    base = seconds["train"]
+    for name, values in seconds.items():
+        rates = [steps / s for s in values]
+        ratios = [b / s for b, s in zip(base, values)]
+        print(
+            f"  {name:<16} median {statistics.median(rates):9,.0f}  best "
+            f"{max(rates):9,.0f}   ratio median {statistics.median(ratios):.3f}  "
+            f"best {max(ratios):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

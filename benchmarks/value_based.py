@@ -1,0 +1,476 @@
+"""Value-based learning on CartPole-v1: the replay buffer, DQN and IQN, against rejax.
+
+Three parts (`--parts`, default all):
+
+- `buffer`: cost of `ReplayBuffer.add` and `ReplayBuffer.sample` against the capacity
+  (CartPole-shaped transitions, one environment per row, capacities 10^3..10^6 rows).
+  `add` is timed (i) inside a jitted `lax.scan` of 4096 adds, the buffer a scan
+  carry (what DQN does), (ii) as one jitted call per add with the buffer donated and
+  (iii) as one jitted call per add without donation (XLA must then copy the whole
+  buffer: the contrast). `sample` (batch 128, 1-step and 3-step returns) is timed
+  inside a jitted scan of 1024 draws. It also prints whether the compiled donated
+  `add` is a `dynamic-update-slice` whose output aliases its input (in place).
+- `peers`: training speed of eqxrl's `DQN` and `IQN` against rejax 0.1.3's on
+  rejax's own CartPole settings (its `configs/gymnax/cartpole.yaml`; printed below),
+  alternating ours and rejax's (A B A B, `--pairs` rounds after one untimed warm-up
+  each) in one process; the speed ratio ours/rejax of each round, the median and best
+  round ratio and best-vs-best; compile times apart. rejax's periodic evaluation is
+  replaced by a no-op so that only training is timed. Final returns: the greedy
+  policy (epsilon 0.005, as rejax's `make_act`) over 128 episodes, by rejax's
+  `evaluate` for rejax and the same loop on eqxrl's CartPole for eqxrl. Needs the
+  peers venv (rejax, gymnax); skipped when rejax is missing.
+- `defaults`: `eqxrl.DQN(env=make("CartPole-v1"), total_timesteps=500_000)` and the
+  same for `IQN`, nothing else set, 4 seeds vmapped in one program: compile time,
+  wall time, steps/s, and the final training return of each seed (mean return of
+  the episodes that ended in the last 5% of iterations), against the learning bar
+  (>= 400 on at least 3 of 4 seeds).
+
+Run (from the repository root; rejax needs the peers venv):
+
+    .venv-peers/bin/python benchmarks/value_based.py            # everything
+    .venv/bin/python benchmarks/value_based.py --parts buffer defaults
+    .venv-peers/bin/python benchmarks/value_based.py --parts peers --pairs 5 \
+        --dqn-steps 100000 --iqn-steps 20000
+"""
+
+import argparse
+import importlib.metadata
+import statistics
+import time
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+import eqxrl
+from eqxrl.buffers import ReplayBuffer, ReplayTransition
+
+# --------------------------------------------------------------------------------------
+# Replay buffer
+
+
+def cartpole_batch(num_envs: int) -> ReplayTransition:
+    """A batch of CartPole-shaped transitions (one per environment)."""
+
+    def one(index):
+        observation = jnp.full(4, index, jnp.float32)
+        return ReplayTransition(
+            observation=observation,
+            action=index % 2,
+            reward=jnp.float32(1.0),
+            terminated=index % 7 == 0,
+            truncated=jnp.bool_(False),
+            next_observation=observation + 1.0,
+        )
+
+    return jax.vmap(one)(jnp.arange(num_envs, dtype=jnp.int32))
+
+
+def best_seconds(run: Callable[[], object], repeats: int) -> float:
+    jax.block_until_ready(run())  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run())
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure_buffer(capacity: int, repeats: int = 5) -> dict:
+    batch = cartpole_batch(1)
+    scan_adds, calls, draws, batch_size = 4096, 200, 1024, 128
+
+    def add_in_scan_impl(buffer, batch):
+        def body(buffer, step):
+            item = jax.tree.map(lambda x: x + step.astype(x.dtype), batch)
+            return buffer.add(item), None
+
+        return lax.scan(body, buffer, jnp.arange(scan_adds, dtype=jnp.int32))[0]
+
+    add_in_scan = jax.jit(add_in_scan_impl, donate_argnums=0)
+    add_donated = jax.jit(ReplayBuffer.add, donate_argnums=0)
+    add_copied = jax.jit(ReplayBuffer.add)
+
+    def draw_in_scan(n_step):
+        @jax.jit
+        def draw(buffer, key):
+            def body(total, key):
+                sample = buffer.sample(key, batch_size, n_step=n_step, gamma=0.99)
+                return total + sample.reward.sum() + sample.observation.sum(), None
+
+            return lax.scan(body, jnp.float32(0), jr.split(key, draws))[0]
+
+        return draw
+
+    state = {"buffer": ReplayBuffer.empty(batch, capacity)}
+    state["buffer"] = add_in_scan(state["buffer"], batch)  # compile, fill a bit
+
+    def run_scan():
+        state["buffer"] = add_in_scan(state["buffer"], batch)
+        return state["buffer"].size
+
+    def run_calls(add):
+        def run():
+            buffer = state["buffer"]
+            for _ in range(calls):
+                buffer = add(buffer, batch)
+            state["buffer"] = buffer
+            return buffer.size
+
+        return run
+
+    results = {
+        "capacity": capacity,
+        "add_scan_us": best_seconds(run_scan, repeats) / scan_adds * 1e6,
+        "add_donated_us": best_seconds(run_calls(add_donated), repeats) / calls * 1e6,
+        "add_copied_us": best_seconds(run_calls(add_copied), repeats) / calls * 1e6,
+    }
+    for n_step in (1, 3):
+        draw = draw_in_scan(n_step)
+        seconds = best_seconds(lambda: draw(state["buffer"], jr.key(0)), repeats)
+        results[f"sample{n_step}_us"] = seconds / draws * 1e6
+    compiled = add_donated.lower(state["buffer"], batch).compile().as_text()
+    results["in_place"] = (
+        "dynamic-update-slice" in compiled and "input_output_alias" in compiled
+    )
+    return results
+
+
+def run_buffer_part(capacities: list[int]) -> None:
+    print(
+        "\nReplay buffer: CartPole-shaped transitions, 1 env per row; microseconds "
+        "per operation (best of 5)"
+    )
+    print(
+        f"{'capacity':>10} {'add in scan':>12} {'add donated':>12} "
+        f"{'add copied':>11} {'sample 1-step':>14} {'sample 3-step':>14} "
+        f"{'in place':>9}"
+    )
+    for capacity in capacities:
+        r = measure_buffer(capacity)
+        print(
+            f"{r['capacity']:>10,} {r['add_scan_us']:>12.2f} "
+            f"{r['add_donated_us']:>12.1f} {r['add_copied_us']:>11.1f} "
+            f"{r['sample1_us']:>14.1f} {r['sample3_us']:>14.1f} "
+            f"{str(r['in_place']):>9}",
+            flush=True,
+        )
+    print(
+        "  add in scan: per add, buffer carried by lax.scan (as in DQN/IQN); add "
+        "donated / copied: one jitted call per add (includes dispatch) with / "
+        "without donating the buffer; sample: batch 128, per draw, in a scan."
+    )
+
+
+# --------------------------------------------------------------------------------------
+# eqxrl vs rejax on rejax's settings
+
+# rejax's configs/gymnax/cartpole.yaml (rejax 0.1.3 field names).
+REJAX_DQN = dict(
+    env="CartPole-v1",
+    agent="DuelingQNetwork",
+    agent_kwargs=dict(activation="swish"),
+    num_envs=10,
+    buffer_size=50_000,
+    fill_buffer=5_000,
+    batch_size=100,
+    max_grad_norm=10,
+    learning_rate=0.001,
+    num_epochs=5,
+    polyak=0.98,
+    eps_start=1,
+    eps_end=0.05,
+    exploration_fraction=0.5,
+    gamma=0.99,
+    ddqn=True,
+    normalize_observations=False,
+)
+REJAX_IQN = dict(
+    env="CartPole-v1",
+    agent_kwargs=dict(activation="swish"),
+    num_envs=1,
+    buffer_size=100_000,
+    fill_buffer=1000,
+    batch_size=1,
+    num_tau_samples=64,
+    num_tau_prime_samples=64,
+    learning_rate=0.0003,
+    num_epochs=1,
+    target_update_freq=1,
+    polyak=0.99,
+    kappa=1.0,
+    eps_start=1,
+    eps_end=0.01,
+    exploration_fraction=0.5,
+    gamma=0.99,
+    normalize_observations=False,
+)
+
+
+def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
+    """eqxrl's DQN with rejax's CartPole DQN numbers: 10 envs, 5 updates of batch
+    100 per step of all envs, dueling 64x64 swish network, Polyak 0.98 once per
+    iteration, squared loss (an infinite Huber threshold), lr 1e-3."""
+
+    def network(env, key):
+        return eqxrl.nn.MLPQNetwork(
+            4, 2, hidden_sizes=(64, 64), activation=jax.nn.swish, dueling=True, key=key
+        )
+
+    return eqxrl.DQN(
+        env=eqxrl.envs.make("CartPole-v1"),
+        num_envs=10,
+        total_timesteps=total_timesteps,
+        buffer_size=50_000,
+        learning_starts=5_000,
+        train_frequency=1,
+        gradient_steps=5,
+        batch_size=100,
+        target_update_interval=5,
+        tau=0.02,
+        double_q=True,
+        learning_rate=1e-3,
+        max_grad_norm=10.0,
+        huber_delta=float("inf"),
+        gamma=0.99,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.05,
+        exploration_fraction=0.5,
+        network_factory=network,
+    )
+
+
+def eqxrl_iqn_on_rejax_settings(total_timesteps: int) -> eqxrl.IQN:
+    """eqxrl's IQN with rejax's CartPole IQN numbers: 1 env, an update of batch 1
+    every step, N = N' = 64, K = 32, 64x64 swish torso, 64 cosines, a 64 swish head,
+    Polyak 0.99 every update, kappa 1, lr 3e-4, no gradient clipping."""
+
+    def network(env, key):
+        return eqxrl.nn.ImplicitQuantileNetwork(
+            4,
+            2,
+            hidden_sizes=(64, 64),
+            head_sizes=(64,),
+            num_cosines=64,
+            num_acting_quantiles=32,
+            activation=jax.nn.swish,
+            key=key,
+        )
+
+    return eqxrl.IQN(
+        env=eqxrl.envs.make("CartPole-v1"),
+        num_envs=1,
+        total_timesteps=total_timesteps,
+        buffer_size=100_000,
+        learning_starts=1_000,
+        train_frequency=1,
+        gradient_steps=1,
+        batch_size=1,
+        n_step=1,
+        target_update_interval=1,
+        tau=0.01,
+        double_q=True,
+        learning_rate=3e-4,
+        adam_eps=1e-8,
+        max_grad_norm=float("inf"),
+        gamma=0.99,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.01,
+        exploration_fraction=0.5,
+        num_quantiles=64,
+        num_target_quantiles=64,
+        num_acting_quantiles=32,
+        kappa=1.0,
+        network_factory=network,
+    )
+
+
+def evaluate_eqxrl(policy: eqxrl.nn.AbstractPolicy, key, episodes: int = 128):
+    """Mean return of `episodes` CartPole-v1 episodes under `policy`."""
+    env = eqxrl.envs.make("CartPole-v1")
+
+    @jax.jit
+    def run(policy, key):
+        def episode(key):
+            reset_key, key = jr.split(key)
+            state, timestep = env.reset(reset_key)
+
+            def step(carry, key):
+                state, timestep, total, alive = carry
+                act_key, step_key = jr.split(key)
+                action = policy(timestep.observation, act_key)
+                state, timestep = env.step(state, action, step_key)
+                total = total + jnp.where(alive, timestep.reward, 0.0)
+                alive = alive & ~(timestep.terminated | timestep.truncated)
+                return (state, timestep, total, alive), None
+
+            carry = (state, timestep, jnp.float32(0), jnp.bool_(True))
+            carry, _ = lax.scan(step, carry, jr.split(key, 500))
+            return carry[2]
+
+        return jax.vmap(episode)(jr.split(key, episodes)).mean()
+
+    return float(run(policy, key))
+
+
+def eqxrl_runner(algorithm) -> tuple[Callable[[int], tuple[float, object]], float]:
+    train = eqx.filter_jit(lambda algorithm, key: algorithm.train(key)[0])
+    start = time.perf_counter()
+    compiled = train.lower(algorithm, jr.key(0)).compile()
+    compile_seconds = time.perf_counter() - start
+
+    def run(seed: int):
+        start = time.perf_counter()
+        state = jax.block_until_ready(compiled(algorithm, jr.key(seed)))
+        return time.perf_counter() - start, state
+
+    return run, compile_seconds
+
+
+def rejax_runner(name: str, total_timesteps: int):
+    import rejax
+
+    cls = {"DQN": rejax.DQN, "IQN": rejax.IQN}[name]
+    config = {"DQN": REJAX_DQN, "IQN": REJAX_IQN}[name]
+    original = cls.create(**config, total_timesteps=total_timesteps)
+    # Training only: no periodic evaluation (it is a no-op over the whole run).
+    algorithm = original.replace(
+        eval_callback=lambda algo, ts, rng: jnp.float32(0),
+        eval_freq=total_timesteps,
+        skip_initial_evaluation=True,
+    )
+    train = jax.jit(lambda key: algorithm.train(key)[0])
+    start = time.perf_counter()
+    compiled = train.lower(jr.key(0)).compile()
+    compile_seconds = time.perf_counter() - start
+
+    def run(seed: int):
+        start = time.perf_counter()
+        state = jax.block_until_ready(compiled(jr.key(seed)))
+        return time.perf_counter() - start, state
+
+    def final_return(state, seed: int) -> float:
+        lengths, returns = original.eval_callback(original, state, jr.key(seed))
+        return float(np.mean(returns))
+
+    return run, compile_seconds, final_return
+
+
+def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
+    make = {"DQN": eqxrl_dqn_on_rejax_settings, "IQN": eqxrl_iqn_on_rejax_settings}
+    ours = make[name](total_timesteps)
+    config = {"DQN": REJAX_DQN, "IQN": REJAX_IQN}[name]
+    print(
+        f"\n{name} on rejax's CartPole settings, {total_timesteps:,} steps, {pairs} "
+        "rounds (A = eqxrl, B = rejax)"
+    )
+    print(f"  rejax config: {config}")
+    our_run, our_compile = eqxrl_runner(ours)
+    peer_run, peer_compile, peer_final = rejax_runner(name, total_timesteps)
+    our_run(0)  # warm-up
+    peer_run(0)
+    ours_sps, peer_sps, ratios = [], [], []
+    our_state = peer_state = None
+    for seed in range(1, pairs + 1):
+        seconds, our_state = our_run(seed)
+        ours_sps.append(total_timesteps / seconds)
+        seconds, peer_state = peer_run(seed)
+        peer_sps.append(total_timesteps / seconds)
+        ratios.append(ours_sps[-1] / peer_sps[-1])
+        print(
+            f"  round {seed}: eqxrl {ours_sps[-1]:>9,.0f} steps/s, rejax "
+            f"{peer_sps[-1]:>7,.0f} steps/s, ratio {ratios[-1]:.1f}x",
+            flush=True,
+        )
+    policy = eqx.tree_at(
+        lambda p: p.epsilon,
+        ours.policy(our_state, deterministic=True),
+        jnp.float32(0.005),
+    )
+    our_return = evaluate_eqxrl(policy, jr.key(123))
+    print(
+        f"  median ratio {statistics.median(ratios):.1f}x, best round "
+        f"{max(ratios):.1f}x, best vs best {max(ours_sps) / max(peer_sps):.1f}x; "
+        f"median steps/s eqxrl {statistics.median(ours_sps):,.0f}, rejax "
+        f"{statistics.median(peer_sps):,.0f}"
+    )
+    print(
+        f"  compile s: eqxrl {our_compile:.1f}, rejax {peer_compile:.1f}; final "
+        f"greedy return (128 episodes, last round): eqxrl {our_return:.1f}, rejax "
+        f"{peer_final(peer_state, 123):.1f}"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# The defaults against the learning bar
+
+
+def run_defaults_part(seeds: int) -> None:
+    print(f"\nDefaults on CartPole-v1, 500,000 steps, {seeds} seeds vmapped")
+    env = eqxrl.envs.make("CartPole-v1")
+    for cls in (eqxrl.DQN, eqxrl.IQN):
+        algorithm = cls(env=env, total_timesteps=500_000)
+        train = eqx.filter_jit(
+            lambda algorithm, keys: eqx.filter_vmap(algorithm.train)(keys)[1]
+        )
+        keys = jr.split(jr.key(42), seeds)
+        start = time.perf_counter()
+        compiled = train.lower(algorithm, keys).compile()
+        compile_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        metrics = jax.block_until_ready(compiled(algorithm, keys))
+        seconds = time.perf_counter() - start
+        returns = np.asarray(metrics["episode_return"])
+        last = max(1, returns.shape[1] // 20)
+        final = np.nanmean(returns[:, -last:], axis=1)
+        print(
+            f"  {cls.__name__}: compile {compile_seconds:.1f} s, run {seconds:.1f} s, "
+            f"{seeds * 500_000 / seconds:,.0f} steps/s (all seeds); final return per "
+            f"seed {np.round(final, 1).tolist()}; >= 400 on "
+            f"{int((final >= 400).sum())} of {seeds}",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["buffer", "peers", "defaults"],
+        default=["buffer", "peers", "defaults"],
+    )
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--dqn-steps", type=int, default=100_000)
+    parser.add_argument("--iqn-steps", type=int, default=20_000)
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument(
+        "--capacities",
+        type=int,
+        nargs="+",
+        default=[1_000, 10_000, 100_000, 1_000_000],
+    )
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, eqxrl {eqxrl.__file__}")
+    if "buffer" in args.parts:
+        run_buffer_part(args.capacities)
+    if "peers" in args.parts:
+        try:
+            import rejax  # noqa: F401
+
+            print(f"\nrejax {importlib.metadata.version('rejax')}")
+        except ImportError:
+            print("\nrejax is not installed: skipping the comparison (use .venv-peers)")
+        else:
+            compare_with_rejax("DQN", args.dqn_steps, args.pairs)
+            compare_with_rejax("IQN", args.iqn_steps, args.pairs)
+    if "defaults" in args.parts:
+        run_defaults_part(args.seeds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ..buffers import ReplaySample
+from ..envs import AbstractEnvironment
+from ..nn import AbstractQNetwork, MLPQNetwork, greedy_action
+from ._q_learning import AbstractQLearning, QNetworkFactory, _check_range, _float32
+
+
+class DQN(AbstractQLearning):
+    """Deep Q-learning (Mnih et al., 2015) with double-Q targets (van Hasselt et al.,
+    2016), a target network, n-step returns and a Huber loss.
+
+    Each iteration steps `num_envs` auto-resetting environments `train_frequency`
+    times with an epsilon-greedy policy, stores every step in an on-device replay
+    buffer, then (after `learning_starts` environment steps) takes `gradient_steps`
+    Adam steps on the Huber loss between `Q(s, a)` and the target
+    `r + discount * Q_target(s', argmax_a' Q(s', a'))` (with `double_q`; else
+    `max_a' Q_target(s', a')`). `r` sums up to `n_step` discounted rewards and never
+    crosses an episode boundary; `discount` is zero after a termination but not after
+    a truncation, which bootstraps from the episode's final observation. With action
+    masks, random, greedy and target actions are all restricted to the valid ones.
+
+    The defaults learn CartPole-v1: a mean return above 400 within 500k steps (4
+    seeds vmapped in one program: about 30 s on a 2-core CPU). They take one update
+    of 128 transitions per 16 environment steps, 3-step returns, a target copy every
+    50 updates and a Huber threshold of 10 (with 1, Q-values diverged on CartPole,
+    whose returns reach 100). Sweepable numbers (`learning_rate`, `gamma`,
+    `tau`, `max_grad_norm`, the exploration schedule) are float32 array leaves: build
+    DQN inside `jax.vmap` over a batch of them to train a sweep in one compilation.
+
+    **Arguments:**
+
+    - `env`: the environment (one, discrete actions, not auto-resetting: DQN adds
+      `AutoReset` and `EpisodeStatistics` itself).
+    - `num_envs`: environments stepped in parallel.
+    - `total_timesteps`: environment steps of the whole run; the run has
+      `total_timesteps // (num_envs * train_frequency)` iterations.
+    - `buffer_size`: transitions the replay buffer keeps.
+    - `learning_starts`: environment steps collected (with uniformly random actions)
+      before the first update.
+    - `train_frequency`: steps of every environment per iteration.
+    - `gradient_steps`: updates per iteration.
+    - `batch_size`: transitions per update.
+    - `n_step`: rewards summed in each target before bootstrapping.
+    - `target_update_interval`: updates between target-network updates.
+    - `tau`: Polyak coefficient of a target update (`1.0`: copy the network).
+    - `double_q`: choose the bootstrap action with the online network.
+    - `learning_rate`: Adam step size.
+    - `anneal_lr`: decay the step size linearly to zero over the updates.
+    - `adam_eps`: Adam's epsilon.
+    - `max_grad_norm`: global gradient-norm clip.
+    - `huber_delta`: threshold of the Huber loss (`inf`: the squared loss).
+    - `gamma`: discount factor.
+    - `exploration_initial_eps`, `exploration_final_eps`: the linear epsilon
+      schedule's start and end.
+    - `exploration_fraction`: fraction of `total_timesteps` over which epsilon decays.
+    - `hidden_sizes`: widths of the default `MLPQNetwork`.
+    - `dueling`: give the default network a dueling head.
+    - `network_factory`: optional `factory(env, key) -> AbstractQNetwork` replacing
+      the default MLP.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("CartPole-v1")
+        dqn = eqxrl.DQN(env=env, total_timesteps=500_000)
+        state, metrics = dqn.train(jax.random.key(0))
+        keys = jax.random.split(jax.random.key(0), 4)
+        states, metrics = eqx.filter_vmap(dqn.train)(keys)  # 4 seeds, one program
+        action = dqn.policy(state, deterministic=True).act(observation, key)
+        ```
+    """
+
+    env: AbstractEnvironment
+    num_envs: int = eqx.field(static=True, default=16)
+    total_timesteps: int = eqx.field(static=True, default=500_000)
+    buffer_size: int = eqx.field(static=True, default=10_000)
+    learning_starts: int = eqx.field(static=True, default=10_000)
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    batch_size: int = eqx.field(static=True, default=128)
+    n_step: int = eqx.field(static=True, default=3)
+    target_update_interval: int = eqx.field(static=True, default=50)
+    tau: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
+    double_q: bool = eqx.field(static=True, default=True)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
+    anneal_lr: bool = eqx.field(static=True, default=False)
+    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=_float32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    huber_delta: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
+    exploration_initial_eps: Float[Array, ""] = eqx.field(
+        default=1.0, converter=_float32
+    )
+    exploration_final_eps: Float[Array, ""] = eqx.field(
+        default=0.05, converter=_float32
+    )
+    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=_float32)
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    dueling: bool = eqx.field(static=True, default=False)
+    network_factory: QNetworkFactory | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
+            raise ValueError(
+                f"DQN: hidden_sizes={self.hidden_sizes} must be positive integers."
+            )
+        _check_range("DQN", "huber_delta", self.huber_delta, 1e-12, math.inf)
+
+    def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
+        """The initial Q-network: `network_factory(env, key)` or an `MLPQNetwork`."""
+        if self.network_factory is not None:
+            return self.network_factory(self.env, key)
+        return MLPQNetwork(
+            math.prod(self.env.observation_space.shape),
+            self.env.action_space.num_values,
+            hidden_sizes=self.hidden_sizes,
+            dueling=self.dueling,
+            key=key,
+        )
+
+    def loss(
+        self,
+        network: AbstractQNetwork,
+        target_network: AbstractQNetwork,
+        batch: ReplaySample,
+        key: PRNGKeyArray,
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """Mean Huber loss between `Q(s, a)` and the (double-Q, n-step) target.
+
+        **Returns:**
+
+        `(loss, {"loss": ..., "q_value": mean Q(s, a)})`.
+        """
+
+        def values(network):
+            return jax.vmap(network.q_values, in_axes=(0, None))
+
+        next_target = values(target_network)(batch.next_observation, key)
+        if self.double_q:
+            next_online = values(jax.lax.stop_gradient(network))(
+                batch.next_observation, key
+            )
+            next_action = jax.vmap(greedy_action)(next_online, batch.next_action_mask)
+        else:
+            next_action = jax.vmap(greedy_action)(next_target, batch.next_action_mask)
+        next_value = jnp.take_along_axis(next_target, next_action[:, None], axis=1)
+        target = batch.reward + batch.discount * next_value[:, 0]
+        target = jax.lax.stop_gradient(target)
+        predicted = jnp.take_along_axis(
+            values(network)(batch.observation, key), batch.action[:, None], axis=1
+        )[:, 0]
+        loss = jnp.mean(optax.huber_loss(predicted, target, delta=self.huber_delta))
+        return loss, {"loss": loss, "q_value": jnp.mean(predicted)}

@@ -1,0 +1,235 @@
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from ..buffers import ReplaySample
+from ..envs import AbstractEnvironment
+from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
+from ._q_learning import AbstractQLearning, _check_range, _float32
+
+
+def quantile_huber_loss(
+    td_errors: Float[Array, "num_fractions num_target_fractions"],
+    fractions: Float[Array, " num_fractions"],
+    kappa: Float[ArrayLike, ""],
+) -> Float[Array, ""]:
+    """The quantile Huber loss of IQN (Dabney et al., 2018) for one transition.
+
+    With `u = td_errors[i, j] = target_j - prediction_i` (the `j`-th sampled target
+    quantile minus the prediction at fraction `tau_i`):
+    `rho(u) = |tau_i - 1{u < 0}| * huber_kappa(u) / kappa`, summed over `i` and
+    averaged over `j`; `huber_kappa(u)` is `u**2 / 2` for `|u| <= kappa` and
+    `kappa * (|u| - kappa / 2)` beyond.
+
+    **Arguments:**
+
+    - `td_errors`: target minus prediction, `[num_fractions, num_target_fractions]`.
+    - `fractions`: the fraction `tau_i` of each prediction.
+    - `kappa`: the Huber threshold (positive).
+
+    **Returns:**
+
+    The loss, a float32 scalar.
+    """
+    kappa = jnp.asarray(kappa, jnp.float32)
+    magnitude = jnp.abs(td_errors)
+    huber = jnp.where(
+        magnitude <= kappa, 0.5 * td_errors**2, kappa * (magnitude - 0.5 * kappa)
+    )
+    weight = jnp.abs(fractions[:, None] - (td_errors < 0).astype(jnp.float32))
+    return jnp.mean(jnp.sum(weight * huber / kappa, axis=0))
+
+
+QuantileNetworkFactory = Callable[
+    [AbstractEnvironment, PRNGKeyArray], AbstractQuantileNetwork
+]
+
+
+class IQN(AbstractQLearning):
+    """Implicit quantile networks (Dabney et al., 2018): distributional Q-learning
+    with quantiles at sampled fractions, double-Q targets and n-step returns.
+
+    The network maps an observation and fractions `tau` to return quantiles per
+    action, through a cosine embedding of each `tau`
+    ([`ImplicitQuantileNetwork`][eqxrl.nn.ImplicitQuantileNetwork]). Acting uses
+    the mean of `num_acting_quantiles` (K) sampled quantiles as the action values,
+    epsilon-greedily. The loss, per transition, samples `num_quantiles` (N)
+    fractions for `Z(s, a)` and `num_target_quantiles` (N') for the target
+    `r + discount * Z_target(s', a*)`, where `a*` is greedy on the online network's
+    K-sample values (with `double_q`; else the target network's), and applies the
+    [`quantile_huber_loss`][eqxrl.algorithms.quantile_huber_loss] with `kappa`.
+    Collection, replay, targets through truncation and action masking are as in
+    [`DQN`][eqxrl.DQN].
+
+    The defaults learn CartPole-v1: a mean return above 400 within 500k steps (4
+    seeds vmapped in one program: about 2 minutes on a busy 2-core CPU). They take
+    one update of 64 transitions per 32 environment steps with N = N' = K = 8
+    fractions, 3-step returns, a target copy every 50 updates and `kappa = 10`.
+
+    **Arguments:**
+
+    - `env`, `num_envs`, `total_timesteps`, `buffer_size`, `learning_starts`,
+      `train_frequency`, `gradient_steps`, `batch_size`, `n_step`,
+      `target_update_interval`, `tau`, `double_q`, `learning_rate`, `anneal_lr`,
+      `adam_eps`, `max_grad_norm`, `gamma`, `exploration_initial_eps`,
+      `exploration_final_eps`, `exploration_fraction`: as for [`DQN`][eqxrl.DQN].
+    - `num_quantiles`: fractions N sampled for the predicted quantiles.
+    - `num_target_quantiles`: fractions N' sampled for the target quantiles.
+    - `num_acting_quantiles`: fractions K averaged for action values.
+    - `kappa`: the Huber threshold of the quantile loss.
+    - `hidden_sizes`: widths of the default network's torso.
+    - `head_sizes`: widths of its hidden layers after the fraction embedding.
+    - `num_cosines`: cosine features per fraction.
+    - `dueling`: give the default network a dueling head.
+    - `network_factory`: optional `factory(env, key) -> AbstractQuantileNetwork`
+      replacing the default network.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("CartPole-v1")
+        iqn = eqxrl.IQN(env=env, total_timesteps=500_000)
+        state, metrics = iqn.train(jax.random.key(0))
+        ```
+    """
+
+    env: AbstractEnvironment
+    num_envs: int = eqx.field(static=True, default=32)
+    total_timesteps: int = eqx.field(static=True, default=500_000)
+    buffer_size: int = eqx.field(static=True, default=10_000)
+    learning_starts: int = eqx.field(static=True, default=10_000)
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    batch_size: int = eqx.field(static=True, default=64)
+    n_step: int = eqx.field(static=True, default=3)
+    target_update_interval: int = eqx.field(static=True, default=50)
+    tau: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
+    double_q: bool = eqx.field(static=True, default=True)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
+    anneal_lr: bool = eqx.field(static=True, default=False)
+    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=_float32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
+    exploration_initial_eps: Float[Array, ""] = eqx.field(
+        default=1.0, converter=_float32
+    )
+    exploration_final_eps: Float[Array, ""] = eqx.field(
+        default=0.05, converter=_float32
+    )
+    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=_float32)
+    num_quantiles: int = eqx.field(static=True, default=8)
+    num_target_quantiles: int = eqx.field(static=True, default=8)
+    num_acting_quantiles: int = eqx.field(static=True, default=8)
+    kappa: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    head_sizes: tuple[int, ...] = eqx.field(static=True, default=(64,))
+    num_cosines: int = eqx.field(static=True, default=64)
+    dueling: bool = eqx.field(static=True, default=False)
+    network_factory: QuantileNetworkFactory | None = eqx.field(
+        static=True, default=None
+    )
+
+    def __check_init__(self):
+        for field in (
+            "num_quantiles",
+            "num_target_quantiles",
+            "num_acting_quantiles",
+            "num_cosines",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"IQN: {field}={value!r} must be a positive int.")
+        for field in ("hidden_sizes", "head_sizes"):
+            sizes = getattr(self, field)
+            if any(not isinstance(w, int) or w < 1 for w in sizes):
+                raise ValueError(f"IQN: {field}={sizes} must be positive integers.")
+        if not self.hidden_sizes:
+            raise ValueError("IQN: hidden_sizes must not be empty.")
+        _check_range("IQN", "kappa", self.kappa, 1e-12, math.inf)
+
+    def make_network(self, key: PRNGKeyArray) -> AbstractQuantileNetwork:
+        """The initial network: `network_factory(env, key)` or an
+        `ImplicitQuantileNetwork`."""
+        if self.network_factory is not None:
+            network = self.network_factory(self.env, key)
+            if not isinstance(network, AbstractQuantileNetwork):
+                raise ValueError(
+                    "IQN: network_factory must return an AbstractQuantileNetwork, "
+                    f"got {type(network).__name__}."
+                )
+            return network
+        return ImplicitQuantileNetwork(
+            math.prod(self.env.observation_space.shape),
+            self.env.action_space.num_values,
+            hidden_sizes=self.hidden_sizes,
+            head_sizes=self.head_sizes,
+            num_cosines=self.num_cosines,
+            num_acting_quantiles=self.num_acting_quantiles,
+            dueling=self.dueling,
+            key=key,
+        )
+
+    def loss(
+        self,
+        network: AbstractQuantileNetwork,
+        target_network: AbstractQuantileNetwork,
+        batch: ReplaySample,
+        key: PRNGKeyArray,
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """Mean quantile Huber loss between sampled quantiles of `Z(s, a)` and of the
+        (double-Q, n-step) target.
+
+        **Returns:**
+
+        `(loss, {"loss": ..., "q_value": mean over the batch of the sampled
+        quantiles of Z(s, a)})`.
+        """
+        batch_size = batch.reward.shape[0]
+        num_fractions = (
+            self.num_quantiles + self.num_target_quantiles + self.num_acting_quantiles
+        )
+        # All fractions in one PRNG call.
+        uniform = jr.uniform(key, (batch_size, num_fractions), jnp.float32)
+        fractions, target_fractions, acting_fractions = jnp.split(
+            uniform,
+            [self.num_quantiles, self.num_quantiles + self.num_target_quantiles],
+            axis=1,
+        )
+
+        # The bootstrap action: greedy on the mean of K sampled quantiles (of the
+        # online network with double_q, else of the target network).
+        greedy_network = (
+            jax.lax.stop_gradient(network) if self.double_q else target_network
+        )
+        next_values = jnp.mean(
+            jax.vmap(greedy_network.quantile_values)(
+                batch.next_observation, acting_fractions
+            ),
+            axis=1,
+        )
+        next_action = jax.vmap(greedy_action)(next_values, batch.next_action_mask)
+        next_quantiles = jax.vmap(target_network.quantile_values)(
+            batch.next_observation, target_fractions
+        )
+        next_quantiles = jnp.take_along_axis(
+            next_quantiles, next_action[:, None, None], axis=2
+        )[:, :, 0]
+        targets = batch.reward[:, None] + batch.discount[:, None] * next_quantiles
+        targets = jax.lax.stop_gradient(targets)
+
+        quantiles = jax.vmap(network.quantile_values)(batch.observation, fractions)
+        quantiles = jnp.take_along_axis(quantiles, batch.action[:, None, None], axis=2)[
+            :, :, 0
+        ]
+        td_errors = targets[:, None, :] - quantiles[:, :, None]
+        loss = jnp.mean(
+            jax.vmap(quantile_huber_loss, in_axes=(0, 0, None))(
+                td_errors, fractions, self.kappa
+            )
+        )
+        return loss, {"loss": loss, "q_value": jnp.mean(quantiles)}

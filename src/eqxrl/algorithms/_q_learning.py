@@ -1,0 +1,560 @@
+import abc
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+import optax
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
+
+from .._filters import filter_scan
+from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
+from ..envs import (
+    AbstractEnvironment,
+    AbstractSpace,
+    AbstractWrapper,
+    AutoReset,
+    Discrete,
+    EpisodeStatistics,
+    TimeStep,
+    unwrap,
+)
+from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
+from ._base import AbstractAlgorithm
+
+
+def _float32(value: ArrayLike) -> Array:
+    return jnp.asarray(value, dtype=jnp.float32)
+
+
+QNetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork]
+
+
+class QLearningState(eqx.Module):
+    """Everything a DQN or IQN run carries from one iteration to the next.
+
+    **Arguments:**
+
+    - `network`: the Q-network being trained (the online network).
+    - `target_network`: the slowly updated copy that bootstrap targets use.
+    - `optimizer_state`: optax state of the optimizer.
+    - `buffer`: the replay buffer.
+    - `env_state`: state of every environment, `[num_envs, ...]` leaves.
+    - `timestep`: the latest timestep of every environment.
+    - `key`: the PRNG key for the next iteration.
+    - `iteration`: how many iterations have run (int32).
+    - `num_updates`: how many gradient steps have run (int32).
+    """
+
+    network: AbstractQNetwork
+    target_network: AbstractQNetwork
+    optimizer_state: PyTree
+    buffer: ReplayBuffer
+    env_state: PyTree
+    timestep: TimeStep
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+    num_updates: Int[Array, ""]
+
+
+class _KeepFinalActionMask(AbstractWrapper):
+    """Copy `action_mask` into `extras["final_action_mask"]`; inside `AutoReset`, it
+    keeps the mask of the final state of an episode (needed to bootstrap a
+    truncated episode with the greedy valid action)."""
+
+    env: AbstractEnvironment
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.reset(key)
+        return state, _with_final_action_mask(timestep)
+
+    def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.step(state, action, key)
+        return state, _with_final_action_mask(timestep)
+
+
+def _with_final_action_mask(timestep: TimeStep) -> TimeStep:
+    extras = dict(timestep.extras)
+    extras["final_action_mask"] = timestep.action_mask
+    return eqx.tree_at(lambda t: t.extras, timestep, extras)
+
+
+class AbstractQLearning(AbstractAlgorithm[QLearningState]):
+    """Off-policy value-based learning with a replay buffer: what DQN and IQN share.
+
+    One iteration steps `num_envs` auto-resetting environments `train_frequency`
+    times with an epsilon-greedy policy (only valid actions, when the environment
+    gives action masks), adds every step to the replay buffer (in place), then, once
+    `learning_starts` environment steps have been collected, runs `gradient_steps`
+    updates on uniformly sampled minibatches of n-step transitions and updates the
+    target network every `target_update_interval` updates (Polyak averaging with
+    `tau`; `tau = 1` copies). A run has
+    `total_timesteps // (num_envs * train_frequency)` iterations.
+
+    Subclasses provide the network (`make_network`) and the loss (`loss`).
+    """
+
+    env: eqx.AbstractVar[AbstractEnvironment]
+    num_envs: eqx.AbstractVar[int]
+    total_timesteps: eqx.AbstractVar[int]
+    buffer_size: eqx.AbstractVar[int]
+    learning_starts: eqx.AbstractVar[int]
+    train_frequency: eqx.AbstractVar[int]
+    gradient_steps: eqx.AbstractVar[int]
+    batch_size: eqx.AbstractVar[int]
+    n_step: eqx.AbstractVar[int]
+    target_update_interval: eqx.AbstractVar[int]
+    anneal_lr: eqx.AbstractVar[bool]
+    learning_rate: eqx.AbstractVar[Float[Array, ""]]
+    adam_eps: eqx.AbstractVar[Float[Array, ""]]
+    max_grad_norm: eqx.AbstractVar[Float[Array, ""]]
+    gamma: eqx.AbstractVar[Float[Array, ""]]
+    tau: eqx.AbstractVar[Float[Array, ""]]
+    exploration_initial_eps: eqx.AbstractVar[Float[Array, ""]]
+    exploration_final_eps: eqx.AbstractVar[Float[Array, ""]]
+    exploration_fraction: eqx.AbstractVar[Float[Array, ""]]
+
+    def __check_init__(self):
+        name = type(self).__name__
+        for field in (
+            "num_envs",
+            "total_timesteps",
+            "buffer_size",
+            "train_frequency",
+            "gradient_steps",
+            "batch_size",
+            "n_step",
+            "target_update_interval",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {field}={value!r} must be a positive int.")
+        if not isinstance(self.learning_starts, int) or self.learning_starts < 0:
+            raise ValueError(
+                f"{name}: learning_starts={self.learning_starts!r} must be an int >= 0."
+            )
+        if self.total_timesteps < self.steps_per_iteration:
+            raise ValueError(
+                f"{name}: total_timesteps={self.total_timesteps} is less than one "
+                f"iteration (num_envs * train_frequency = {self.steps_per_iteration});"
+                " raise total_timesteps or lower num_envs / train_frequency."
+            )
+        last_collected = self.num_iterations * self.steps_per_iteration
+        if self.learning_starts > last_collected:
+            raise ValueError(
+                f"{name}: learning_starts={self.learning_starts} exceeds the "
+                f"{last_collected} environment steps of the run, so it would never "
+                "update; lower learning_starts or raise total_timesteps."
+            )
+        if self.buffer_size < self.num_envs * max(self.n_step, 2):
+            raise ValueError(
+                f"{name}: buffer_size={self.buffer_size} must hold at least "
+                f"num_envs * max(n_step, 2) = {self.num_envs * max(self.n_step, 2)} "
+                "transitions."
+            )
+        _check_range(name, "learning_rate", self.learning_rate, 0.0, math.inf)
+        _check_range(name, "adam_eps", self.adam_eps, 0.0, math.inf)
+        _check_range(name, "max_grad_norm", self.max_grad_norm, 0.0, math.inf)
+        _check_range(name, "gamma", self.gamma, 0.0, 1.0)
+        _check_range(name, "tau", self.tau, 0.0, 1.0)
+        for field in ("exploration_initial_eps", "exploration_final_eps"):
+            _check_range(name, field, getattr(self, field), 0.0, 1.0)
+        _check_range(name, "exploration_fraction", self.exploration_fraction, 0.0, 1.0)
+        for env in unwrap(self.env):
+            if isinstance(env, AutoReset):
+                raise ValueError(
+                    f"{name}: pass the environment without AutoReset; {name} adds "
+                    "AutoReset and EpisodeStatistics itself."
+                )
+        if not isinstance(self.env.action_space, Discrete):
+            raise ValueError(
+                f"{name}: needs a Discrete action space, got "
+                f"{type(self.env.action_space).__name__}."
+            )
+
+    # ------------------------------------------------------------------ config
+    @abc.abstractmethod
+    def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
+        """The initial Q-network (the target network starts as a copy of it)."""
+
+    @abc.abstractmethod
+    def loss(
+        self,
+        network: AbstractQNetwork,
+        target_network: AbstractQNetwork,
+        batch: ReplaySample,
+        key: PRNGKeyArray,
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """The loss of a minibatch (`[batch_size, ...]` leaves) and scalar statistics
+        (the same keys every call)."""
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps collected per iteration: `num_envs * train_frequency`."""
+        return self.num_envs * self.train_frequency
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.steps_per_iteration
+
+    @property
+    def buffer_capacity(self) -> int:
+        """Rows of the replay buffer (`buffer_size // num_envs`); each row holds one
+        step of every environment."""
+        return self.buffer_size // self.num_envs
+
+    @property
+    def training_env(self) -> AbstractEnvironment:
+        """The environment as it is stepped: `AutoReset(EpisodeStatistics(env))`,
+        also keeping the action mask of each episode's final state."""
+        return AutoReset(_KeepFinalActionMask(EpisodeStatistics(self.env)))
+
+    def make_optimizer(self) -> optax.GradientTransformation:
+        """Global-norm clipping then Adam, with the (optionally annealed) step size
+        injected so that it is logged and sweepable."""
+        learning_rate = self.learning_rate
+        first_update = max(0, -(-self.learning_starts // self.steps_per_iteration) - 1)
+        total_updates = max(
+            1, (self.num_iterations - first_update) * self.gradient_steps
+        )
+
+        if self.anneal_lr:
+
+            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
+                progress = jnp.minimum(count.astype(jnp.float32) / total_updates, 1.0)
+                return learning_rate * (1.0 - progress)
+
+        else:
+
+            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
+                del count
+                return learning_rate
+
+        return optax.chain(
+            optax.clip_by_global_norm(self.max_grad_norm),
+            optax.inject_hyperparams(optax.adam, static_args=("b1", "b2", "eps_root"))(
+                learning_rate=schedule, eps=self.adam_eps
+            ),
+        )
+
+    def epsilon(self, env_steps: Int[ArrayLike, ""]) -> Float[Array, ""]:
+        """The exploration rate after `env_steps` environment steps: 1 before
+        `learning_starts`, then linear from `exploration_initial_eps` to
+        `exploration_final_eps` over the first `exploration_fraction` of the run."""
+        steps = jnp.asarray(env_steps).astype(jnp.float32)
+        decay_steps = jnp.maximum(self.exploration_fraction * self.total_timesteps, 1.0)
+        progress = jnp.clip(steps / decay_steps, 0.0, 1.0)
+        epsilon = self.exploration_initial_eps + progress * (
+            self.exploration_final_eps - self.exploration_initial_eps
+        )
+        return jnp.where(steps < self.learning_starts, jnp.float32(1.0), epsilon)
+
+    # ------------------------------------------------------------------ state
+    def _transition(
+        self, timestep: TimeStep, action: Int[Array, ""], next_timestep: TimeStep
+    ) -> ReplayTransition:
+        return ReplayTransition(
+            observation=timestep.observation,
+            action=action,
+            reward=next_timestep.reward,
+            terminated=next_timestep.terminated,
+            truncated=next_timestep.truncated,
+            next_observation=next_timestep.extras["final_observation"],
+            next_action_mask=next_timestep.extras["final_action_mask"],
+        )
+
+    def init(self, key: PRNGKeyArray) -> QLearningState:
+        network_key, reset_key, state_key = jr.split(key, 3)
+        network = self.make_network(network_key)
+        optimizer_state = self.make_optimizer().init(eqx.filter(network, eqx.is_array))
+        env_state, timestep = jax.vmap(self.training_env.reset)(
+            jr.split(reset_key, self.num_envs)
+        )
+        example = jax.vmap(self._transition)(
+            timestep, jnp.zeros(self.num_envs, jnp.int32), timestep
+        )
+        buffer = ReplayBuffer.empty(example, self.buffer_capacity)
+        return QLearningState(
+            network=network,
+            target_network=network,
+            optimizer_state=optimizer_state,
+            buffer=buffer,
+            env_state=env_state,
+            timestep=timestep,
+            key=state_key,
+            iteration=jnp.int32(0),
+            num_updates=jnp.int32(0),
+        )
+
+    def policy(
+        self, state: QLearningState, deterministic: bool = False
+    ) -> EpsilonGreedyPolicy:
+        """Greedy on the trained network (`deterministic`), or epsilon-greedy with the
+        exploration rate reached at `state`."""
+        if deterministic:
+            return EpsilonGreedyPolicy(state.network, jnp.float32(0.0))
+        return EpsilonGreedyPolicy(
+            state.network, self.epsilon(state.iteration * self.steps_per_iteration)
+        )
+
+    # -------------------------------------------------------------- iteration
+    def _act_and_step(
+        self,
+        network: AbstractQNetwork,
+        epsilon: Float[Array, ""],
+        env_state: PyTree,
+        timestep: TimeStep,
+        value_key: PRNGKeyArray,
+        uniform: Float[Array, ""],
+        step_key: PRNGKeyArray,
+    ) -> tuple[PyTree, TimeStep, ReplayTransition, dict[str, Array]]:
+        """One environment: act epsilon-greedily and step (vmapped over envs)."""
+        q_values = network.q_values(timestep.observation, value_key)
+        action = epsilon_greedy_action(q_values, uniform, epsilon, timestep.action_mask)
+        env_state, next_timestep = self.training_env.step(env_state, action, step_key)
+        statistics = {
+            "done": next_timestep.terminated | next_timestep.truncated,
+            "episode_return": next_timestep.extras["episode_return"],
+            "episode_length": next_timestep.extras["episode_length"],
+        }
+        if timestep.action_mask is not None:
+            statistics["invalid_action"] = ~timestep.action_mask[action]
+        transition = self._transition(timestep, action, next_timestep)
+        return env_state, next_timestep, transition, statistics
+
+    def _collect(
+        self,
+        state: QLearningState,
+        value_key: PRNGKeyArray,
+        uniform_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
+    ) -> tuple[PyTree, TimeStep, ReplayBuffer, dict[str, Array]]:
+        """`train_frequency` steps of every environment, each added to the buffer.
+
+        The randomness of all the steps is drawn up front, in three PRNG calls
+        rather than several per step.
+        """
+        act_and_step = eqx.filter_vmap(
+            self._act_and_step, in_axes=(None, None, 0, 0, 0, 0, 0)
+        )
+        first_step = state.iteration * self.steps_per_iteration
+        shape = (self.train_frequency, self.num_envs)
+
+        def step(carry, inputs):
+            env_state, timestep, buffer = carry
+            index, value_keys, uniforms, step_keys = inputs
+            epsilon = self.epsilon(first_step + index * self.num_envs)
+            env_state, timestep, transition, statistics = act_and_step(
+                state.network,
+                epsilon,
+                env_state,
+                timestep,
+                value_keys,
+                uniforms,
+                step_keys,
+            )
+            return (env_state, timestep, buffer.add(transition)), statistics
+
+        (env_state, timestep, buffer), statistics = _scan(
+            step,
+            (state.env_state, state.timestep, state.buffer),
+            (
+                jnp.arange(self.train_frequency, dtype=jnp.int32),
+                jr.split(value_key, shape),
+                jr.uniform(uniform_key, shape, jnp.float32),
+                jr.split(step_key, shape),
+            ),
+        )
+        return env_state, timestep, buffer, statistics
+
+    def _update(
+        self,
+        network: AbstractQNetwork,
+        target_network: AbstractQNetwork,
+        optimizer_state: PyTree,
+        num_updates: Int[Array, ""],
+        buffer: ReplayBuffer,
+        sample_key: PRNGKeyArray,
+        loss_key: PRNGKeyArray,
+    ) -> tuple[AbstractQNetwork, AbstractQNetwork, PyTree, dict[str, Array]]:
+        """`gradient_steps` minibatch updates, each followed by a target update when
+        due."""
+        optimizer = self.make_optimizer()
+        grad_fn = eqx.filter_value_and_grad(self.loss, has_aux=True)
+
+        def soft_update(online: PyTree, target: PyTree) -> PyTree:
+            return jtu.tree_map(
+                lambda o, t: self.tau * o + (1.0 - self.tau) * t, online, target
+            )
+
+        def gradient_step(carry, inputs):
+            network, target_network, optimizer_state = carry
+            index, loss_key, update_index = inputs
+            batch = buffer.gather(index, n_step=self.n_step, gamma=self.gamma)
+            (_, statistics), grads = grad_fn(network, target_network, batch, loss_key)
+            params = eqx.filter(network, eqx.is_array)
+            updates, optimizer_state = optimizer.update(grads, optimizer_state, params)
+            network = eqx.apply_updates(network, updates)
+            online, static = eqx.partition(network, eqx.is_array)
+            target, _ = eqx.partition(target_network, eqx.is_array)
+            if self.target_update_interval == 1:
+                target = soft_update(online, target)
+            else:
+                due = (update_index + 1) % self.target_update_interval == 0
+                target = lax.cond(due, soft_update, lambda _, t: t, online, target)
+            target_network = eqx.combine(target, static)
+            return (network, target_network, optimizer_state), statistics
+
+        (network, target_network, optimizer_state), statistics = _scan(
+            gradient_step,
+            (network, target_network, optimizer_state),
+            (
+                # All minibatches of the iteration drawn at once (one PRNG call).
+                buffer.sample_indices(
+                    sample_key, (self.gradient_steps, self.batch_size)
+                ),
+                jr.split(loss_key, self.gradient_steps),
+                num_updates + jnp.arange(self.gradient_steps, dtype=jnp.int32),
+            ),
+        )
+        statistics = jtu.tree_map(jnp.mean, statistics)
+        return network, target_network, optimizer_state, statistics
+
+    def train_iteration(
+        self, state: QLearningState
+    ) -> tuple[QLearningState, dict[str, Array]]:
+        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
+        steps are collected) run `gradient_steps` updates.
+
+        **Returns:**
+
+        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
+        return of the episodes that ended during the iteration, NaN when none did),
+        `episode_length`, `episode_count`, the loss statistics (`loss`, `q_value`:
+        means over the iteration's updates, NaN before learning starts),
+        `epsilon` (of the iteration's last step), `learning_rate`, and with action
+        masks `invalid_action_count` (always 0: masked actions are never taken).
+        """
+        # The iteration's keys in one PRNG call.
+        key, value_key, uniform_key, step_key, sample_key, loss_key = jr.split(
+            state.key, 6
+        )
+        env_state, timestep, buffer, statistics = self._collect(
+            state, value_key, uniform_key, step_key
+        )
+
+        collected = (state.iteration + 1) * self.steps_per_iteration
+        learning = collected >= self.learning_starts
+        dynamic, static = eqx.partition(
+            (state.network, state.target_network, state.optimizer_state), eqx.is_array
+        )
+
+        def update(dynamic):
+            network, target_network, optimizer_state = eqx.combine(dynamic, static)
+            *updated, loss_statistics = self._update(
+                network,
+                target_network,
+                optimizer_state,
+                state.num_updates,
+                buffer,
+                sample_key,
+                loss_key,
+            )
+            return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
+
+        def skip(dynamic):
+            # NaN statistics shaped like the loss's (traced abstractly: no compute).
+            def loss_statistics():
+                batch = buffer.sample(
+                    sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
+                )
+                network, target_network = state.network, state.target_network
+                _, statistics = self.loss(network, target_network, batch, loss_key)
+                return statistics
+
+            shapes = jax.eval_shape(loss_statistics)
+            nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
+            return dynamic, nan
+
+        updated, loss_statistics = lax.cond(learning, update, skip, dynamic)
+        network, target_network, optimizer_state = eqx.combine(updated, static)
+        num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
+
+        metrics = _episode_metrics(statistics)
+        metrics.update(loss_statistics)
+        metrics["epsilon"] = self.epsilon(collected - self.num_envs)
+        metrics["learning_rate"] = jnp.asarray(
+            optimizer_state[1].hyperparams["learning_rate"], jnp.float32
+        )
+        if "invalid_action" in statistics:
+            metrics["invalid_action_count"] = jnp.sum(
+                statistics["invalid_action"]
+            ).astype(jnp.int32)
+        state = QLearningState(
+            network=network,
+            target_network=target_network,
+            optimizer_state=optimizer_state,
+            buffer=buffer,
+            env_state=env_state,
+            timestep=timestep,
+            key=key,
+            iteration=state.iteration + 1,
+            num_updates=num_updates.astype(jnp.int32),
+        )
+        return state, metrics
+
+
+def _scan(body, init, xs):
+    """`filter_scan`, or for a single step the body itself (with outputs given the
+    leading length-1 axis a scan would add): XLA keeps even a one-trip loop."""
+    length = jtu.tree_leaves(xs)[0].shape[0]
+    if length != 1:
+        return filter_scan(body, init, xs)
+    carry, output = body(init, jtu.tree_map(lambda x: x[0], xs))
+    return carry, jtu.tree_map(lambda x: x[None], output)
+
+
+def _episode_metrics(statistics: dict[str, Array]) -> dict[str, Array]:
+    """Mean return and length of the episodes that ended, and their count (the same
+    contract as PPO's `episode_metrics`; means are NaN when no episode ended)."""
+    done: Bool[Array, ...] = statistics["done"]
+    count = done.sum()
+    denominator = jnp.maximum(count, 1).astype(jnp.float32)
+
+    def mean_over_ended(values: Array) -> Array:
+        total = jnp.where(done, values.astype(jnp.float32), 0.0).sum()
+        return jnp.where(count > 0, total / denominator, jnp.nan)
+
+    return {
+        "episode_return": mean_over_ended(statistics["episode_return"]),
+        "episode_length": mean_over_ended(statistics["episode_length"]),
+        "episode_count": count.astype(jnp.int32),
+    }
+
+
+def _check_range(
+    algorithm: str, name: str, value: Array, low: float, high: float
+) -> None:
+    """Raise a ValueError if a concrete hyperparameter is outside [low, high]."""
+    if isinstance(value, jax.core.Tracer):
+        return  # inside vmap/jit the value is unknown; nothing to check eagerly
+    if value.shape != ():
+        raise ValueError(
+            f"{algorithm}: {name} must be a scalar, got shape {value.shape}; to sweep "
+            f"over values, build {algorithm} inside jax.vmap."
+        )
+    number = float(value)
+    if not (low <= number <= high) or math.isnan(number):
+        raise ValueError(f"{algorithm}: {name}={number} must lie in [{low}, {high}].")

@@ -1,0 +1,714 @@
+"""The `eqxrl` command: `train`, `eval`, `plot` and `list`."""
+
+import argparse
+import difflib
+import json
+import os
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..algorithms import algorithm_names
+from ..envs import make, registered_names
+from ._checkpoint import (
+    CheckpointError,
+    load_policy,
+    load_training_state,
+    read_checkpoint_header,
+    resolve_checkpoint,
+)
+from ._config import (
+    ConfigField,
+    algorithm_class,
+    algorithm_from_config,
+    config_fields,
+    flag_name,
+)
+from ._device import auto_num_envs, describe_devices
+
+# Trainer fields that are flags of `eqxrl train` (the others are set by the CLI).
+_TRAINER_FLAGS = (
+    "chunk_size",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "eval_every",
+    "eval_episodes",
+    "eval_deterministic",
+    "gif_episodes",
+    "num_seeds",
+)
+# Options of `eqxrl train` that are neither algorithm nor Trainer fields.
+_RUN_OPTIONS = (
+    "env",
+    "env_option",
+    "algo",
+    "seed",
+    "out",
+    "resume",
+    "log",
+    "wandb_project",
+)
+_LOGGERS = ("console", "csv", "jsonl", "tensorboard", "wandb")
+
+
+class _CommandError(Exception):
+    """An error to report in one line (no traceback), exit status 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with suggestions for mistyped flags."""
+
+    def __init__(self, *args, known_flags: Sequence[str] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.known_flags = list(known_flags)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            messages = []
+            for index, extra in enumerate(extras):
+                if (
+                    not extra.startswith("-")
+                    and index
+                    and extras[index - 1].startswith("--")
+                ):
+                    continue  # the value of an unknown flag: reported with the flag
+                message = f"unknown argument {extra!r}"
+                if extra.startswith("--"):
+                    flags = [
+                        a for action in self._actions for a in action.option_strings
+                    ]
+                    close = difflib.get_close_matches(extra.split("=")[0], flags, n=3)
+                    if close:
+                        message += f" (did you mean {', '.join(close)}?)"
+                messages.append(message)
+            self.error("; ".join(messages) + f". See `{self.prog} --help`.")
+        return namespace
+
+
+def _argument_type(field: ConfigField, allow_auto: bool = False):
+    def parse(text: str) -> Any:
+        if allow_auto and text.strip().lower() == "auto":
+            return "auto"
+        try:
+            return field.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error).split(": ", 1)[-1]) from None
+
+    parse.__name__ = field.kind
+    return parse
+
+
+def _metavar(field: ConfigField) -> str:
+    if field.choices is not None:
+        return "{" + ",".join(map(str, field.choices)) + "}"
+    return {
+        "bool": "{true,false}",
+        "int": "N",
+        "float": "X",
+        "str": "TEXT",
+        "int_tuple": "N,N,...",
+        "float_tuple": "X,X,...",
+    }.get(field.kind, "VALUE")
+
+
+def _help(field: ConfigField, extra: str = "") -> str:
+    default = field.default
+    if isinstance(default, tuple):
+        default = ",".join(map(str, default))
+    elif default is None:
+        default = "none"
+    elif isinstance(default, bool):
+        default = str(default).lower()
+    text = (field.help or field.name.replace("_", " ")).replace("`", "").rstrip(". ")
+    text = f"{text}{extra} (default: {default})"
+    return text.replace("%", "%%")
+
+
+def _settable(fields: Sequence[ConfigField]) -> list[ConfigField]:
+    return [f for f in fields if f.kind not in ("other", "environment")]
+
+
+def _trainer_fields() -> list[ConfigField]:
+    from ._trainer import Trainer
+
+    return [f for f in config_fields(Trainer) if f.name in _TRAINER_FLAGS]
+
+
+# --------------------------------------------------------------------------------------
+# Config files
+# --------------------------------------------------------------------------------------
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Options from a TOML (`.toml`) or YAML (`.yaml`/`.yml`, needs PyYAML) or JSON
+    file, as a flat dict with underscored keys. A `[ppo]`-style table (named after
+    an algorithm) or an `[algorithm]` / `[trainer]` table is merged into the top
+    level."""
+    path = Path(path)
+    if not path.is_file():
+        raise _CommandError(f"config file {path} does not exist.")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            with open(path, "rb") as file:
+                data = tomllib.load(file)
+        elif suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise _CommandError(
+                    "YAML config files need PyYAML: pip install pyyaml (or use TOML)."
+                ) from None
+            with open(path) as file:
+                data = yaml.safe_load(file) or {}
+        elif suffix == ".json":
+            with open(path) as file:
+                data = json.load(file)
+        else:
+            raise _CommandError(
+                f"config file {path}: unknown format {suffix!r}; use .toml, .yaml, "
+                ".yml or .json."
+            )
+    except _CommandError:
+        raise
+    except Exception as error:  # syntax errors of any of the three formats
+        raise _CommandError(f"config file {path} cannot be read: {error}") from None
+    if not isinstance(data, dict):
+        raise _CommandError(f"config file {path} must hold a table of options.")
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        key = str(key).replace("-", "_")
+        if isinstance(value, dict) and (
+            key in ("algorithm", "trainer") or key in algorithm_names()
+        ):
+            for inner_key, inner_value in value.items():
+                flat[str(inner_key).replace("-", "_")] = inner_value
+        else:
+            flat[key] = value
+    return flat
+
+
+# --------------------------------------------------------------------------------------
+# eqxrl train
+# --------------------------------------------------------------------------------------
+
+
+def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
+    parser = _Parser(
+        prog="eqxrl train",
+        description=(
+            "Train an algorithm on a registered environment, with progress, logs, "
+            "checkpoints (exact resume), evaluation and a learning curve. Writes "
+            "OUT/checkpoints/, OUT/metrics.csv, OUT/policy.eqx, OUT/curve.png, "
+            "OUT/config.json and OUT/summary.json. Every hyperparameter of the "
+            f"algorithm ({algo}) is a flag; `--algo NAME --help` lists another's."
+        ),
+    )
+    parser.add_argument(
+        "env",
+        nargs="?",
+        default=argparse.SUPPRESS,
+        help=f"environment id, one of: {', '.join(registered_names())}",
+    )
+    run = parser.add_argument_group("run")
+    run.add_argument(
+        "--env-option",
+        action="append",
+        metavar="KEY=VALUE",
+        default=argparse.SUPPRESS,
+        help="keyword argument for eqxrl.envs.make(ENV, ...), e.g. "
+        "max_episode_steps=200 (repeatable)",
+    )
+    run.add_argument(
+        "--algo",
+        default=argparse.SUPPRESS,
+        choices=algorithm_names(),
+        help="the algorithm (default: ppo)",
+    )
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="options from a TOML or YAML file (flags given here override it)",
+    )
+    run.add_argument(
+        "--seed",
+        type=_argument_type(ConfigField("seed", "int", 0, False)),
+        default=argparse.SUPPRESS,
+        metavar="S",
+        help="the run's seed (default: 0)",
+    )
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="the run folder (default: runs/ENV-ALGO-seedS)",
+    )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="continue from the latest checkpoint in OUT/checkpoints/ (start from "
+        "scratch if there is none); the hyperparameters must be the same",
+    )
+    run.add_argument(
+        "--log",
+        metavar="BACKENDS",
+        default=argparse.SUPPRESS,
+        help=f"comma-separated logging backends among {', '.join(_LOGGERS)} "
+        "(default: console,csv; wandb honours WANDB_MODE, e.g. offline)",
+    )
+    run.add_argument(
+        "--wandb-project",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help="the Weights & Biases project (default: eqxrl)",
+    )
+    trainer = parser.add_argument_group("trainer")
+    for field in _trainer_fields():
+        trainer.add_argument(
+            f"--{flag_name(field.name)}",
+            dest=field.name,
+            type=_argument_type(field),
+            default=argparse.SUPPRESS,
+            metavar=_metavar(field),
+            help=_help(field),
+        )
+    group = parser.add_argument_group(f"{algo} hyperparameters")
+    for field in _settable(fields):
+        auto = field.name == "num_envs"
+        group.add_argument(
+            f"--{flag_name(field.name)}",
+            dest=field.name,
+            type=_argument_type(field, allow_auto=auto),
+            default=argparse.SUPPRESS,
+            metavar="N|auto" if auto else _metavar(field),
+            help=_help(field, "; `auto` picks it from the device" if auto else ""),
+        )
+    return parser
+
+
+def _train(argv: Sequence[str]) -> int:
+    # First pass: which algorithm (its flags depend on it) and which config file.
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--algo")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    file_options = read_config_file(known.config) if known.config else {}
+    algo = known.algo or file_options.get("algo") or "ppo"
+    try:
+        cls = algorithm_class(str(algo))
+    except ValueError as error:
+        raise _CommandError(str(error)) from None
+    fields = config_fields(cls)
+    parser = _train_parser(str(algo), fields)
+    options = vars(parser.parse_args(argv))
+
+    by_name = {f.name: f for f in fields}
+    trainer_fields = {f.name: f for f in _trainer_fields()}
+    valid = set(by_name) | set(trainer_fields) | set(_RUN_OPTIONS)
+    unknown = sorted(set(file_options) - valid)
+    if unknown:
+        suggestions = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(valid), n=1)
+            suggestions.append(
+                f"{name}" + (f" (did you mean {close[0]}?)" if close else "")
+            )
+        raise _CommandError(
+            f"config file {known.config}: unknown option(s) {', '.join(suggestions)}."
+        )
+    merged: dict[str, Any] = {}
+    for name, value in file_options.items():
+        field = by_name.get(name) or trainer_fields.get(name)
+        if field is not None and not (name == "num_envs" and value == "auto"):
+            try:
+                value = field.coerce(value)
+            except ValueError as error:
+                raise _CommandError(f"config file {known.config}: {error}") from None
+        merged[name] = value
+    merged.update({k: v for k, v in options.items() if k != "config"})
+
+    env_id = merged.pop("env", None)
+    if env_id is None:
+        parser.error("the environment id ENV is required (e.g. CartPole-v1).")
+    merged.pop("algo", None)
+    seed = int(merged.pop("seed", 0))
+    resume = bool(merged.pop("resume", False))
+    out = Path(merged.pop("out", f"runs/{env_id}-{algo}-seed{seed}"))
+    log = str(merged.pop("log", "console,csv"))
+    wandb_project = str(merged.pop("wandb_project", "eqxrl"))
+    trainer_options = {k: merged.pop(k) for k in list(merged) if k in trainer_fields}
+
+    print(f"device: {describe_devices()}", file=sys.stderr)
+    if merged.get("num_envs") == "auto":
+        merged["num_envs"] = auto_num_envs()
+        print(f"--num-envs auto: {merged['num_envs']}", file=sys.stderr)
+    env_kwargs = _env_options(merged.pop("env_option", []))
+    try:
+        env = make(str(env_id), **env_kwargs)
+    except (ValueError, TypeError) as error:
+        raise _CommandError(f"environment {env_id}: {error}") from None
+    missing = [f.name for f in fields if f.required and f.kind != "environment"]
+    missing = [name for name in missing if name not in merged]
+    if missing:
+        raise _CommandError(
+            f"{cls.__name__} needs {', '.join('--' + flag_name(m) for m in missing)}."
+        )
+    kwargs = {f.name: env for f in fields if f.kind == "environment"}
+    kwargs.update(merged)
+    try:
+        algorithm = cls(**kwargs)
+    except (ValueError, TypeError) as error:
+        raise _CommandError(str(error)) from None
+
+    loggers = _loggers(log, out, resume, wandb_project)
+    from ._trainer import Trainer
+
+    try:
+        trainer = Trainer(
+            algorithm,
+            out=str(out),
+            loggers=loggers,
+            env_name=str(env_id),
+            env_kwargs=env_kwargs,
+            **trainer_options,
+        )
+    except ValueError as error:
+        raise _CommandError(str(error)) from None
+    trainer.fit(seed, resume=resume)
+    print(f"wrote {out}/ (checkpoints/, metrics.csv, policy.eqx, curve.png)")
+    return 0
+
+
+def _env_options(options: Any) -> dict[str, Any]:
+    """`["height=5", "wrap=true"]` (or a dict from a config file) as keyword
+    arguments, values read as JSON where they can be (numbers, booleans)."""
+    if isinstance(options, dict):
+        return dict(options)
+    kwargs = {}
+    for option in options or []:
+        key, separator, text = str(option).partition("=")
+        if not separator or not key.strip():
+            raise _CommandError(f"--env-option {option!r}: expected KEY=VALUE.")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        kwargs[key.strip()] = value
+    return kwargs
+
+
+def _loggers(log: str, out: Path, resume: bool, wandb_project: str) -> tuple:
+    from ._logging import (
+        ConsoleLogger,
+        CSVLogger,
+        JSONLLogger,
+        TensorBoardLogger,
+        WandbLogger,
+    )
+
+    names = [name.strip() for name in log.split(",") if name.strip()]
+    unknown = [name for name in names if name not in _LOGGERS]
+    if unknown:
+        raise _CommandError(
+            f"--log: unknown backend(s) {', '.join(unknown)}; choose among "
+            f"{', '.join(_LOGGERS)}."
+        )
+    loggers = []
+    try:
+        for name in names:
+            if name == "console":
+                loggers.append(ConsoleLogger())
+            elif name == "csv":
+                loggers.append(CSVLogger(out / "metrics.csv", append=resume))
+            elif name == "jsonl":
+                loggers.append(JSONLLogger(out / "metrics.jsonl", append=resume))
+            elif name == "tensorboard":
+                loggers.append(TensorBoardLogger(out / "tensorboard"))
+            elif name == "wandb":
+                out.mkdir(parents=True, exist_ok=True)
+                loggers.append(
+                    WandbLogger(project=wandb_project, dir=str(out), name=out.name)
+                )
+    except ImportError as error:
+        raise _CommandError(str(error)) from None
+    return tuple(loggers)
+
+
+# --------------------------------------------------------------------------------------
+# eqxrl eval
+# --------------------------------------------------------------------------------------
+
+
+def _eval(argv: Sequence[str]) -> int:
+    parser = _Parser(
+        prog="eqxrl eval",
+        description="Evaluate a checkpoint or an exported policy: episodes vmapped in "
+        "one compiled call; prints the mean, standard deviation and percentiles of "
+        "the return, optionally writes a GIF (environments with render).",
+    )
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint file, a policy.eqx, or a run folder (its latest checkpoint)",
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=32, metavar="N", help="episodes (default: 32)"
+    )
+    parser.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions instead of acting greedily",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default: 0)")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cap on episode length (default: the environment's time limit)",
+    )
+    parser.add_argument("--gif", metavar="FILE", help="write a GIF of episodes here")
+    parser.add_argument(
+        "--gif-episodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="episodes in the GIF (default: 1)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error("--episodes must be at least 1.")
+
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    from ._evaluation import (
+        EvaluationResult,
+        evaluate,
+        record_episodes,
+        renderer,
+        write_gif as write_gif_file,
+    )
+
+    path = Path(args.checkpoint)
+    try:
+        if (
+            path.is_dir()
+            and (path / "policy.eqx").is_file()
+            and not list((path / "checkpoints").glob("checkpoint-*.eqx"))
+        ):
+            path = path / "policy.eqx"
+        path = resolve_checkpoint(path)
+        header = read_checkpoint_header(path)
+        algorithm = algorithm_from_config(header["config"])
+    except (CheckpointError, ValueError) as error:
+        raise _CommandError(str(error)) from None
+    env = algorithm.env
+    if args.gif and renderer(env) is None:
+        raise _CommandError(
+            f"--gif: the environment {type(env).__name__} has no render(state), so "
+            "there is nothing to draw; drop --gif."
+        )
+    deterministic = not args.stochastic
+    key = jr.key(args.seed)
+    batch_shape = header.get("batch_shape", [])
+    try:
+        if header.get("kind") == "policy":
+            policies = [load_policy(path, deterministic=deterministic)]
+        elif batch_shape:
+            import equinox as eqx
+            import jax
+
+            state, algorithm, _ = load_training_state(path)
+            policies = [
+                algorithm.policy(
+                    jax.tree.map(lambda x, i=i: x[i] if eqx.is_array(x) else x, state),
+                    deterministic,
+                )
+                for i in range(batch_shape[0])
+            ]
+        else:
+            state, algorithm, _ = load_training_state(path)
+            policies = [algorithm.policy(state, deterministic)]
+    except CheckpointError as error:
+        raise _CommandError(str(error)) from None
+
+    results = [
+        evaluate(
+            policy,
+            env,
+            jr.fold_in(key, i),
+            num_episodes=args.episodes,
+            max_steps=args.max_steps,
+        )
+        for i, policy in enumerate(policies)
+    ]
+    combined = EvaluationResult(
+        returns=jnp.stack([r.returns for r in results]),
+        lengths=jnp.stack([r.lengths for r in results]),
+    )
+    summary = combined.summary()
+    report = {
+        "checkpoint": str(path),
+        "iteration": header.get("metadata", {}).get("iteration"),
+        "deterministic": deterministic,
+        **summary,
+    }
+    if len(results) > 1:
+        report["per_seed_return_mean"] = [r.summary()["return_mean"] for r in results]
+    if args.gif:
+        frames = record_episodes(
+            policies[0],
+            env,
+            jr.fold_in(key, 10_000),
+            num_episodes=args.gif_episodes,
+            max_steps=args.max_steps,
+        )
+        write_gif_file(args.gif, frames)
+        report["gif"] = args.gif
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        where = (
+            "" if report["iteration"] is None else f" (iteration {report['iteration']})"
+        )
+        print(
+            f"{path}{where}, {int(summary['episodes'])} "
+            f"{'greedy' if deterministic else 'stochastic'} episodes:"
+        )
+        print(
+            f"  return {summary['return_mean']:.4g} +- {summary['return_std']:.3g} "
+            f"(min {summary['return_min']:.4g}, p25 {summary['return_p25']:.4g}, "
+            f"median {summary['return_p50']:.4g}, p75 {summary['return_p75']:.4g}, "
+            f"max {summary['return_max']:.4g}); mean length "
+            f"{summary['length_mean']:.4g}"
+        )
+        if "gif" in report:
+            print(f"  wrote {args.gif}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# eqxrl plot / list
+# --------------------------------------------------------------------------------------
+
+
+def _plot(argv: Sequence[str]) -> int:
+    parser = _Parser(
+        prog="eqxrl plot",
+        description="Plot learning curves (metrics.csv) of one or several runs into "
+        "one PNG; several seeds of a run show as a shaded band.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help="the PNG (default: RUN_DIR/curve.png for one run, comparison.png for "
+        "several)",
+    )
+    parser.add_argument(
+        "--metric", default="episode_return", help="column (default: episode_return)"
+    )
+    parser.add_argument(
+        "--x",
+        default="env_steps",
+        choices=("env_steps", "iteration", "time"),
+        help="x axis (default: env_steps)",
+    )
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="trailing-mean window in iterations (default: 1/50 of the run)",
+    )
+    parser.add_argument(
+        "--labels", help="comma-separated legend entries (default: folder names)"
+    )
+    args = parser.parse_args(argv)
+    from ._plots import plot_runs
+
+    labels = args.labels.split(",") if args.labels else None
+    if args.out is None:
+        if len(args.runs) == 1:
+            out = Path(args.runs[0]) / "curve.png"
+        else:
+            out = Path("comparison.png")
+    else:
+        out = Path(args.out)
+    try:
+        path = plot_runs(
+            args.runs,
+            out,
+            metric=args.metric,
+            x=args.x,
+            labels=labels,
+            smooth=args.smooth,
+        )
+    except (FileNotFoundError, ValueError, ImportError) as error:
+        raise _CommandError(str(error)) from None
+    print(f"wrote {path}")
+    return 0
+
+
+def _list(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="eqxrl list", description="List algorithms and environments.")
+    parser.parse_args(argv)
+    print("algorithms:   " + ", ".join(algorithm_names()))
+    print("environments: " + ", ".join(registered_names()))
+    return 0
+
+
+_COMMANDS = {"train": _train, "eval": _eval, "plot": _plot, "list": _list}
+_USAGE = """usage: eqxrl {train,eval,plot,list} ...
+
+  eqxrl train ENV --algo ppo --total-timesteps N --seed S --out DIR
+              [--checkpoint-every ITERATIONS] [--resume] [--config FILE]
+              [--flag value ...]
+  eqxrl eval CHECKPOINT [--episodes N] [--gif out.gif]
+  eqxrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
+  eqxrl list
+
+`eqxrl COMMAND --help` describes each command and its flags."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `eqxrl` command line (also `python -m eqxrl`).
+
+    **Arguments:**
+
+    - `argv`: the arguments after the program name (default `sys.argv[1:]`).
+
+    **Returns:**
+
+    The exit status: 0 on success, 1 for an error (reported in one line on
+    stderr), 2 for a command-line usage error.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in _COMMANDS:
+        close = difflib.get_close_matches(command, list(_COMMANDS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"eqxrl: unknown command {command!r}{hint}.\n\n{_USAGE}", file=sys.stderr)
+        return 2
+    try:
+        return _COMMANDS[command](rest)
+    except SystemExit as exit:  # argparse: --help (0) or a usage error (2)
+        return exit.code if isinstance(exit.code, int) else 2
+    except (_CommandError, CheckpointError, FileExistsError, PermissionError) as error:
+        print(f"eqxrl {command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"eqxrl {command}: interrupted; resume from the last checkpoint with "
+            "--resume.",
+            file=sys.stderr,
+        )
+        return 130

@@ -1,0 +1,316 @@
+"""Evaluation: many episodes in one compiled call, and GIFs of environments that
+render."""
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, UInt8
+
+from ..envs import AbstractEnvironment, AbstractWrapper, TimeLimit, unwrap
+from ..nn import AbstractPolicy
+
+DEFAULT_MAX_STEPS = 10_000
+
+
+class EvaluationResult(eqx.Module):
+    """Undiscounted returns and lengths of evaluation episodes.
+
+    **Arguments:**
+
+    - `returns`: float32 `[..., num_episodes]` (leading axes e.g. over seeds).
+    - `lengths`: int32 `[..., num_episodes]`.
+    """
+
+    returns: Float[Array, "*batch num_episodes"]
+    lengths: Int[Array, "*batch num_episodes"]
+
+    def summary(
+        self, percentiles: Sequence[float] = (5, 25, 50, 75, 95)
+    ) -> dict[str, float]:
+        """Mean, standard deviation, extremes and percentiles of the returns (over
+        all episodes), and the mean length, as Python floats.
+
+        **Returns:**
+
+        `{"return_mean", "return_std", "return_min", "return_max",
+        "return_p5", ..., "length_mean", "episodes"}`.
+        """
+        returns = np.asarray(self.returns, dtype=np.float64).ravel()
+        lengths = np.asarray(self.lengths, dtype=np.float64).ravel()
+        summary = {
+            "return_mean": float(returns.mean()),
+            "return_std": float(returns.std()),
+            "return_min": float(returns.min()),
+            "return_max": float(returns.max()),
+        }
+        for q in percentiles:
+            summary[f"return_p{q:g}"] = float(np.percentile(returns, q))
+        summary["length_mean"] = float(lengths.mean())
+        summary["episodes"] = float(returns.size)
+        return summary
+
+
+def default_max_steps(env: AbstractEnvironment) -> int:
+    """The episode step limit of a `TimeLimit` in the wrapper chain, else
+    `DEFAULT_MAX_STEPS` (10,000): a cap so that evaluation always ends."""
+    for inner in unwrap(env):
+        if isinstance(inner, TimeLimit):
+            return inner.max_episode_steps
+    return DEFAULT_MAX_STEPS
+
+
+def _episode(
+    policy: AbstractPolicy,
+    env: AbstractEnvironment,
+    key: PRNGKeyArray,
+    max_steps: int,
+) -> tuple[Float[Array, ""], Int[Array, ""]]:
+    """One episode until termination, truncation or `max_steps` steps."""
+    reset_key, loop_key = jr.split(key)
+    state, timestep = env.reset(reset_key)
+
+    def cond(carry):
+        _, _, done, _, length, _ = carry
+        return jnp.logical_not(done) & (length < max_steps)
+
+    def body(carry):
+        state, timestep, _, total, length, key = carry
+        key, action_key, step_key = jr.split(key, 3)
+        action = policy(timestep.observation, action_key, timestep.action_mask)
+        state, timestep = env.step(state, action, step_key)
+        done = timestep.terminated | timestep.truncated
+        return state, timestep, done, total + timestep.reward, length + 1, key
+
+    carry = (state, timestep, jnp.array(False), jnp.float32(0.0), jnp.int32(0))
+    *_, total, length, _ = lax.while_loop(cond, body, (*carry, loop_key))
+    return total, length
+
+
+def run_episodes(
+    policy: AbstractPolicy,
+    env: AbstractEnvironment,
+    key: PRNGKeyArray,
+    num_episodes: int,
+    max_steps: int,
+) -> tuple[Float[Array, " num_episodes"], Int[Array, " num_episodes"]]:
+    """`num_episodes` episodes vmapped (not jitted: the building block of
+    `evaluate` and of the Trainer's batched evaluation)."""
+    keys = jr.split(key, num_episodes)
+    return jax.vmap(lambda k: _episode(policy, env, k, max_steps))(keys)
+
+
+@eqx.filter_jit
+def _evaluate(policy, env, key, num_episodes, max_steps):
+    return run_episodes(policy, env, key, num_episodes, max_steps)
+
+
+def evaluate(
+    policy: AbstractPolicy,
+    env: AbstractEnvironment,
+    key: PRNGKeyArray,
+    *,
+    num_episodes: int = 16,
+    max_steps: int | None = None,
+) -> EvaluationResult:
+    """Run `num_episodes` episodes, vmapped, in one compiled call.
+
+    **Arguments:**
+
+    - `policy`: e.g. `algorithm.policy(state, deterministic=True)` (greedy) or
+      [`load_policy`][eqxrl.load_policy]'s result.
+    - `env`: the environment, without auto-reset (e.g. `algorithm.env`).
+    - `key`: a PRNG key for resets and sampled actions.
+    - `num_episodes`: how many episodes.
+    - `max_steps`: a cap on the length of an episode; by default the `TimeLimit` of
+      `env`, else 10,000.
+
+    **Returns:**
+
+    An [`EvaluationResult`][eqxrl.training.EvaluationResult]; `.summary()` gives
+    the mean, standard deviation and percentiles.
+
+    !!! example
+
+        ```python
+        policy = ppo.policy(state, deterministic=True)
+        result = eqxrl.training.evaluate(policy, ppo.env, jax.random.key(1))
+        result.summary()["return_mean"]
+        ```
+    """
+    if num_episodes < 1:
+        raise ValueError(f"evaluate: num_episodes={num_episodes} must be at least 1.")
+    if max_steps is None:
+        max_steps = default_max_steps(env)
+    returns, lengths = _evaluate(policy, env, key, num_episodes, max_steps)
+    return EvaluationResult(returns=returns, lengths=lengths)
+
+
+# --------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------
+
+
+def renderer(
+    env: AbstractEnvironment,
+) -> Callable[[PyTree], UInt8[Array, "height width 3"]] | None:
+    """A function from `env`'s state to an RGB frame, or `None` when neither `env`
+    nor an environment it wraps has a working `render(state)`.
+
+    Wrappers without `render` of their own are seen through: the inner state is read
+    from the wrapper state's `env_state` field (as in `TimeLimitState`), or is the
+    wrapper state itself (wrappers such as `AutoReset` keep the inner state as is).
+    """
+    render = getattr(env, "render", None)
+    if callable(render) and _renders(render, env):
+        return render
+    if isinstance(env, AbstractWrapper):
+        inner = renderer(env.env)
+        if inner is None:
+            return None
+
+        def render_through(state: PyTree) -> UInt8[Array, "height width 3"]:
+            return inner(getattr(state, "env_state", state))
+
+        return render_through
+    return None
+
+
+def _renders(render: Callable, env: AbstractEnvironment) -> bool:
+    """Whether `render` traces on `env`'s state (an inherited stub may raise)."""
+    try:
+        state_shape = eqx.filter_eval_shape(env.reset, jr.key(0))[0]
+        frame = eqx.filter_eval_shape(render, state_shape)
+    except NotImplementedError:
+        return False
+    return (
+        isinstance(frame, jax.ShapeDtypeStruct)
+        and frame.ndim == 3
+        and frame.shape[-1] == 3
+        and frame.dtype == jnp.uint8
+    )
+
+
+@eqx.filter_jit
+def _record(policy, env, render, key, num_episodes, max_steps):
+    def episode(key):
+        reset_key, loop_key = jr.split(key)
+        state, timestep = env.reset(reset_key)
+        first = render(state)
+
+        def step(carry, step_key):
+            state, timestep, done = carry
+            action_key, env_key = jr.split(step_key)
+            action = policy(timestep.observation, action_key, timestep.action_mask)
+            state, timestep = env.step(state, action, env_key)
+            now_done = done | timestep.terminated | timestep.truncated
+            return (state, timestep, now_done), (render(state), done)
+
+        _, (frames, was_done) = lax.scan(
+            step,
+            (state, timestep, jnp.array(False)),
+            jr.split(loop_key, max_steps),
+        )
+        return first, frames, was_done
+
+    return jax.vmap(episode)(jr.split(key, num_episodes))
+
+
+def record_episodes(
+    policy: AbstractPolicy,
+    env: AbstractEnvironment,
+    key: PRNGKeyArray,
+    *,
+    num_episodes: int = 1,
+    max_steps: int | None = None,
+) -> UInt8[np.ndarray, "frames height width 3"]:
+    """Frames of `num_episodes` episodes, played one after the other.
+
+    The episodes run vmapped and render inside one compiled call; the frames of each
+    episode (from its reset to its last step) are then concatenated on the host.
+
+    **Arguments:**
+
+    - `policy`: the policy to act with.
+    - `env`: an environment with `render(state) -> uint8[height, width, 3]` (or
+      wrapping one).
+    - `key`: a PRNG key.
+    - `num_episodes`: how many episodes to record.
+    - `max_steps`: a cap on the steps recorded per episode; by default the `TimeLimit`
+      of `env`, at most 1,000.
+
+    **Returns:**
+
+    A NumPy uint8 array `[num_frames, height, width, 3]`.
+    """
+    render = renderer(env)
+    if render is None:
+        raise ValueError(
+            f"record_episodes: {type(env).__name__} has no render(state) method "
+            "(nor does any environment it wraps), so there is nothing to draw."
+        )
+    if max_steps is None:
+        max_steps = min(default_max_steps(env), 1_000)
+    first, frames, was_done = jax.device_get(
+        _record(policy, env, render, key, num_episodes, max_steps)
+    )
+    clips = []
+    for e in range(num_episodes):
+        alive = ~np.asarray(was_done[e], dtype=bool)
+        clips.append(first[e][None])
+        clips.append(frames[e][alive])
+    return np.concatenate(clips)
+
+
+def write_gif(
+    path: str | os.PathLike,
+    frames: Any,
+    *,
+    fps: float | int = 10.0,
+) -> Path:
+    """Write RGB frames to an animated GIF (needs Pillow), atomically.
+
+    **Arguments:**
+
+    - `path`: the `.gif` file to write.
+    - `frames`: uint8 `[num_frames, height, width, 3]`.
+    - `fps`: frames per second.
+
+    **Returns:**
+
+    The path written.
+    """
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError(
+            "write_gif needs Pillow: pip install pillow (or eqxrl[training])."
+        ) from None
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+        raise ValueError(
+            f"write_gif: frames must be uint8 [num_frames, height, width, 3], got "
+            f"{frames.dtype} {frames.shape}."
+        )
+    if len(frames) == 0:
+        raise ValueError("write_gif: there are no frames to write.")
+    path = Path(path)
+    images = [Image.fromarray(frame) for frame in frames]
+    temporary = path.with_name(f".{path.name}.tmp")
+    images[0].save(
+        temporary,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        duration=max(int(round(1000 / fps)), 20),
+        loop=0,
+    )
+    os.replace(temporary, path)
+    return path

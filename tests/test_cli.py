@@ -1,0 +1,308 @@
+"""The `eqxrl` command line: train / eval / plot / list, config files, and clear
+messages for bad input."""
+
+import json
+import runpy
+import sys
+import tomllib
+from pathlib import Path
+
+import jax.random as jr
+import pytest
+
+import eqxrl
+from eqxrl.training import auto_num_envs, config_fields, main
+from toy_training import RandomSearch
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def toy_train(out, *extra):
+    return [
+        "train",
+        "Corridor-test-v0",
+        "--algo",
+        "random_search",
+        "--iterations",
+        "12",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--chunk-size",
+        "4",
+        "--eval-episodes",
+        "2",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished toy run (checkpoints every 5 iterations), made through the CLI."""
+    out = tmp_path_factory.mktemp("cli") / "run"
+    assert main(toy_train(out, "--checkpoint-every", "5", "--log", "csv,jsonl")) == 0
+    return out
+
+
+def test_help_lists_every_hyperparameter_with_default_and_help(capsys):
+    code, out, _ = run(capsys, "train", "--help")
+    assert code == 0
+    text = " ".join(out.split())  # undo argparse's line wrapping
+    for field in config_fields(eqxrl.PPO):
+        if field.kind in ("other", "environment"):
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        assert flag in text, flag
+    assert "--gamma X discount factor (default: 0.99)" in text
+    assert "--anneal-lr {true,false} decay the learning rate" in text
+    assert "--hidden-sizes N,N,... widths of the default MLP" in text
+    assert "--num-envs N|auto" in text
+    for flag in ("--total-timesteps", "--seed", "--out", "--checkpoint-every"):
+        assert flag in text
+    assert "--resume" in text and "--config FILE" in text
+    code, out, _ = run(capsys, "train", "--algo", "random_search", "--help")
+    assert "--step-size X scale of the random steps (default: 0.1)" in " ".join(
+        out.split()
+    )
+
+
+def test_train_writes_a_run(trained, capsys):
+    names = {p.name for p in trained.iterdir()}
+    assert {"checkpoints", "metrics.csv", "metrics.jsonl", "policy.eqx"} <= names
+    assert {"curve.png", "config.json", "summary.json", "eval.gif"} <= names
+    checkpoints = sorted(p.name for p in (trained / "checkpoints").iterdir())
+    assert checkpoints == [f"checkpoint-{i:09d}.eqx" for i in (5, 10, 12)]
+    config = json.loads((trained / "config.json").read_text())
+    assert config["seed"] == 3
+    assert config["algorithm"]["fields"]["iterations"] == 12
+    assert config["algorithm"]["fields"]["env"]["environment"] == "Corridor-test-v0"
+    assert config["trainer"]["chunk_size"] == 4
+    # Without --resume, an existing run is never overwritten.
+    before = (trained / "metrics.csv").read_text()
+    code, _, err = run(capsys, *toy_train(trained))
+    assert code == 1 and "already holds a run" in err and "--resume" in err
+    assert (trained / "metrics.csv").read_text() == before
+
+
+def test_train_prints_the_device(tmp_path, capsys):
+    code, _, err = run(capsys, *toy_train(tmp_path / "r", "--iterations", "4"))
+    assert code == 0
+    assert "device: cpu" in err and "compiled in" in err
+
+
+def test_resume_continues_and_refuses_other_hyperparameters(tmp_path, capsys):
+    out = tmp_path / "run"
+    algorithm = RandomSearch(env=eqxrl.envs.make("Corridor-test-v0"), iterations=12)
+    trainer = eqxrl.Trainer(
+        algorithm,
+        out=str(out),
+        chunk_size=4,
+        checkpoint_every=4,
+        verbose=False,
+        progress=False,
+    )
+    trainer.fit(seed=3, stop_at_iteration=8)
+    code, _, err = run(capsys, *toy_train(out, "--step-size", "0.5", "--resume"))
+    assert code == 1
+    assert "another configuration: step_size: 0.1 in the file, 0.5 now" in err
+    code, _, err = run(capsys, *toy_train(out, "--resume"))
+    assert code == 0, err
+    assert "resuming from" in err and "iteration 8" in err
+    reference, _ = algorithm.train(jr.key(3))
+    state, _ = eqxrl.load_checkpoint(out)
+    assert (state.weights == reference.weights).all()
+
+
+def test_eval_checkpoint_policy_and_gif(trained, capsys, tmp_path):
+    code, out, _ = run(capsys, "eval", str(trained), "--episodes", "5", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["episodes"] == 5 and report["iteration"] == 12
+    assert report["checkpoint"].endswith("checkpoint-000000012.eqx")
+    assert {"return_mean", "return_std", "return_p25", "return_p75"} <= set(report)
+    gif = tmp_path / "episodes.gif"
+    code, out, _ = run(
+        capsys,
+        "eval",
+        str(trained / "policy.eqx"),
+        "--gif",
+        str(gif),
+        "--episodes",
+        "3",
+    )
+    assert code == 0 and gif.exists()
+    assert "greedy episodes" in out and "return" in out and f"wrote {gif}" in out
+    assert "policy.eqx (iteration 12)" in out
+    code, out, _ = run(capsys, "eval", str(trained), "--stochastic")
+    assert code == 0 and "stochastic" in out
+
+
+def test_eval_errors(capsys, tmp_path):
+    code, _, err = run(capsys, "eval", str(tmp_path / "missing.eqx"))
+    assert code == 1 and "does not exist" in err
+    bad = tmp_path / "bad.eqx"
+    bad.write_bytes(b"hello")
+    code, _, err = run(capsys, "eval", str(bad))
+    assert code == 1 and "not an eqxrl checkpoint" in err
+    algorithm = RandomSearch(env=eqxrl.envs.make("CartPole-v1"), iterations=2)
+    path = eqxrl.save_checkpoint(
+        tmp_path / "cp.eqx", algorithm.init(jr.key(0)), algorithm
+    )
+    code, _, err = run(capsys, "eval", str(path), "--gif", str(tmp_path / "x.gif"))
+    assert code == 1 and "has no render" in err
+    assert not (tmp_path / "x.gif").exists()
+    truncated = tmp_path / "truncated.eqx"
+    truncated.write_bytes(path.read_bytes()[:-40])
+    code, _, err = run(capsys, "eval", str(truncated))
+    assert code == 1 and "truncated" in err
+
+
+def test_plot_overlays_runs(trained, capsys, tmp_path):
+    out = tmp_path / "cmp.png"
+    code, stdout, _ = run(
+        capsys, "plot", str(trained), str(trained), "--out", str(out), "--labels", "a,b"
+    )
+    assert code == 0 and out.read_bytes().startswith(b"\x89PNG")
+    code, _, err = run(capsys, "plot", str(tmp_path / "nothing"))
+    assert code == 1 and "No metrics" in err
+    code, _, err = run(capsys, "plot", str(trained), "--metric", "nope")
+    assert code == 1 and "no column 'nope'" in err
+
+
+@pytest.mark.parametrize(
+    "argv, status, message",
+    [
+        (["train", "CartPole-v1", "--gama", "0.9"], 2, "did you mean --gamma"),
+        (
+            ["train", "CartPole-v1", "--gamma", "abc"],
+            2,
+            "cannot read 'abc' as a number",
+        ),
+        (["train", "CartPole-v1", "--num-envs", "4.5"], 2, "as an integer"),
+        (["train", "CartPole-v1", "--anneal-lr", "maybe"], 2, "true/false"),
+        (["train", "CartPole-v1", "--gamma", "2"], 1, "gamma=2.0 must lie in"),
+        (["train", "CartPole-v1", "--num-minibatches", "3"], 1, "not divisible"),
+        (["train", "Nope-v0"], 1, "Unknown environment 'Nope-v0'"),
+        (["train", "--algo", "sac", "CartPole-v1"], 1, "Unknown algorithm 'sac'"),
+        (["train"], 2, "ENV is required"),
+        (
+            ["train", "CartPole-v1", "--log", "csv,mlflow"],
+            1,
+            "unknown backend(s) mlflow",
+        ),
+        (["trian"], 2, "did you mean train"),
+        (["eval"], 2, "required: checkpoint"),
+    ],
+)
+def test_bad_input_has_clear_messages(capsys, tmp_path, argv, status, message):
+    argv = [*argv, "--out", str(tmp_path / "run")] if argv[:1] == ["train"] else argv
+    code, _, err = run(capsys, *argv)
+    assert code == status
+    assert message in err
+    assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was started
+
+
+def test_unwritable_output_folder(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run(capsys, *toy_train(blocker / "run"))
+    assert code == 1 and "Cannot write to the output folder" in err
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml"])
+def test_config_files(capsys, tmp_path, suffix):
+    if suffix == ".toml":
+        text = (
+            'env = "Corridor-test-v0"\nalgo = "random_search"\niterations = 6\n'
+            "step-size = 0.5\n\n[random_search]\nwidths = [2, 2]\n\n[trainer]\n"
+            "chunk_size = 3\n"
+        )
+    else:
+        text = (
+            "algo: random_search\niterations: 6\nstep-size: 0.5\n"
+            "widths: [2, 2]\ntrainer:\n  chunk_size: 3\n"
+        )
+    config = tmp_path / f"run{suffix}"
+    config.write_text(text)
+    out = tmp_path / "run"
+    env = [] if suffix == ".toml" else ["Corridor-test-v0"]  # the TOML names it
+    argv = ["train", *env, "--config", str(config), "--out", str(out)]
+    code, _, err = run(capsys, *argv, "--step-size", "0.25", "--eval-episodes", "1")
+    assert code == 0, err
+    written = json.loads((out / "config.json").read_text())
+    fields = written["algorithm"]["fields"]
+    assert fields["iterations"] == 6 and fields["widths"] == [2, 2]
+    assert fields["step_size"] == 0.25  # the flag overrides the file
+    assert written["trainer"]["chunk_size"] == 3
+
+
+def test_bad_config_files(capsys, tmp_path):
+    def check(text, message, suffix=".toml"):
+        path = tmp_path / f"c{suffix}"
+        path.write_text(text)
+        code, _, err = run(
+            capsys,
+            "train",
+            "Corridor-test-v0",
+            "--config",
+            str(path),
+            "--out",
+            str(tmp_path / "run"),
+        )
+        assert code == 1, err
+        assert message in err
+
+    check(
+        'algo = "random_search"\nstep_sise = 1.0\n',
+        "step_sise (did you mean step_size?)",
+    )
+    check('algo = "random_search"\niterations = "many"\n', "cannot read 'many'")
+    check("iterations = [\n", "cannot be read")
+    check("x = 1", "unknown format '.ini'", suffix=".ini")
+    code, _, err = run(capsys, "train", "CartPole-v1", "--config", "missing.toml")
+    assert code == 1 and "does not exist" in err
+
+
+def test_num_envs_auto_and_env_options(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run(
+        capsys,
+        *toy_train(out, "--iterations", "4"),
+        "--num-envs",
+        "auto",
+        "--env-option",
+        "max_episode_steps=7",
+    )
+    assert code == 0, err
+    assert f"--num-envs auto: {auto_num_envs()}" in err
+    fields = json.loads((out / "config.json").read_text())["algorithm"]["fields"]
+    assert fields["num_envs"] == auto_num_envs()
+    assert fields["env"] == {
+        "environment": "Corridor-test-v0",
+        "kwargs": {"max_episode_steps": 7},
+    }
+    _, algorithm = eqxrl.load_checkpoint(out)
+    assert algorithm.env.max_episode_steps == 7
+    code, out_text, _ = run(capsys, "eval", str(out), "--json", "--episodes", "2")
+    assert json.loads(out_text)["length_mean"] <= 7
+
+
+def test_list_and_entry_points(capsys, monkeypatch):
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "ppo" in out and "CartPole-v1" in out
+    code, out, _ = run(capsys)
+    assert code == 2 and "eqxrl train ENV" in out
+    pyproject = tomllib.loads(
+        (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    )
+    assert pyproject["project"]["scripts"]["eqxrl"] == "eqxrl.training:main"
+    monkeypatch.setattr(sys, "argv", ["eqxrl", "list"])
+    monkeypatch.delitem(sys.modules, "eqxrl.__main__", raising=False)
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_module("eqxrl", run_name="__main__")
+    assert exit.value.code == 0

@@ -1,0 +1,104 @@
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqxrl
+from eqxrl.nn import (
+    EpsilonGreedyPolicy,
+    ImplicitQuantileNetwork,
+    MLPQNetwork,
+    greedy_action,
+)
+
+
+def test_mlp_q_network_shapes_and_dueling_head():
+    network = MLPQNetwork(4, 3, hidden_sizes=(8, 8), key=jr.key(0))
+    dueling = MLPQNetwork(4, 3, hidden_sizes=(8,), dueling=True, key=jr.key(0))
+
+    @jax.jit
+    def compute(network, dueling, observation):
+        features = jax.nn.relu(dueling.layers[0](observation))
+        outputs = dueling.head.linear(features)
+        value, advantage = outputs[0], outputs[1:]
+        expected = value + advantage - advantage.mean()
+        return (
+            network(observation),
+            network.q_values(observation, jr.key(1)),
+            dueling(observation),
+            expected,
+            outputs.shape,
+        )
+
+    q, q_keyed, q_dueling, expected, _ = compute(network, dueling, jnp.ones(4))
+    assert q.shape == (3,) and q.dtype == jnp.float32
+    np.testing.assert_array_equal(q_keyed, q)
+    assert dueling.head.linear.out_features == 4  # value + 3 advantages
+    np.testing.assert_allclose(q_dueling, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="hidden_sizes"):
+        MLPQNetwork(4, 3, hidden_sizes=(8, 0), key=jr.key(0))
+
+
+def test_implicit_quantile_network_embeds_fractions_with_cosines():
+    network = ImplicitQuantileNetwork(
+        4, 2, hidden_sizes=(16,), head_sizes=(8,), num_cosines=5, key=jr.key(0)
+    )
+    observation = jnp.linspace(-1.0, 1.0, 4)
+    fractions = jnp.array([0.1, 0.5, 0.9])
+
+    @jax.jit
+    def compute(network, observation, fractions):
+        quantiles = network.quantile_values(observation, fractions)
+        # The same computation written out for one fraction.
+        psi = jax.nn.relu(network.torso[0](observation))
+        frequencies = jnp.arange(1, 6, dtype=jnp.float32)
+        cosines = jnp.cos(jnp.pi * frequencies * fractions[1])
+        phi = jax.nn.relu(network.embedding(cosines))
+        expected = network.head(jax.nn.relu(network.hidden[0](psi * phi)))
+        # q_values averages K sampled quantiles.
+        q = network.q_values(observation, jr.key(1))
+        sampled = jr.uniform(jr.key(1), (network.num_acting_quantiles,))
+        expected_q = network.quantile_values(observation, sampled).mean(axis=0)
+        return quantiles, expected, q, expected_q
+
+    quantiles, expected, q, expected_q = compute(network, observation, fractions)
+    assert quantiles.shape == (3, 2) and q.shape == (2,)
+    np.testing.assert_allclose(quantiles[1], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(q, expected_q, rtol=1e-5)
+
+
+def test_greedy_action_only_among_valid_actions():
+    q = jnp.array([5.0, 1.0, 3.0, 4.0])
+    assert int(greedy_action(q)) == 0
+    assert int(greedy_action(q, jnp.array([False, True, True, False]))) == 2
+    assert int(greedy_action(q, jnp.array([False, True, False, False]))) == 1
+    assert greedy_action(q).dtype == jnp.int32
+
+
+def test_epsilon_greedy_policy_respects_masks():
+    network = MLPQNetwork(4, 4, hidden_sizes=(8,), key=jr.key(0))
+    observation = jnp.ones(4)
+    mask = jnp.array([False, True, False, True])
+    keys = jr.split(jr.key(1), 400)
+
+    def act(epsilon):
+        policy = EpsilonGreedyPolicy(network, epsilon)
+        actions = jax.vmap(policy, in_axes=(None, 0, None))(observation, keys, mask)
+        return np.asarray(actions)
+
+    greedy = int(greedy_action(network(observation), mask))
+    assert set(act(0.0).tolist()) == {greedy}
+    assert set(act(1.0).tolist()) == {1, 3}  # uniform over the valid actions only
+    mixed = act(0.5)
+    assert set(mixed.tolist()) == {1, 3}
+    assert 0.6 < np.mean(mixed == greedy) < 0.9  # 0.5 + 0.5 / 2 in expectation
+    unmasked = jax.vmap(EpsilonGreedyPolicy(network, 1.0), in_axes=(None, 0))(
+        observation, keys
+    )
+    assert set(np.asarray(unmasked).tolist()) == {0, 1, 2, 3}
+
+
+def test_q_networks_are_exported():
+    assert eqxrl.nn.AbstractQuantileNetwork in ImplicitQuantileNetwork.__mro__
+    assert eqxrl.nn.AbstractQNetwork in MLPQNetwork.__mro__

@@ -1,0 +1,200 @@
+"""Exact resume of PPO across processes, including after SIGKILL.
+
+The reference is an uninterrupted run in this process. The other runs happen in
+subprocesses that share a persistent compilation cache (so only the first of them
+compiles), and resume through the `eqxrl` command line.
+"""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+import eqxrl
+from eqxrl.training._checkpoint import list_checkpoints
+
+# optax.adam computes `b1 ** count` with an int32 count.
+STANDARD_DTYPE_PROMOTION = True
+
+pytestmark = pytest.mark.slow
+
+SRC = Path(__file__).parent.parent / "src"
+SEED = 5
+CHECKPOINT_EVERY = 2
+PPO_OPTIONS = dict(
+    num_envs=2,
+    num_steps=16,
+    total_timesteps=2 * 16 * 16,  # 16 iterations
+    num_epochs=2,
+    num_minibatches=2,
+    hidden_sizes=(8,),
+)
+CLI_FLAGS = [
+    "--num-envs=2",
+    "--num-steps=16",
+    "--total-timesteps=512",
+    "--num-epochs=2",
+    "--num-minibatches=2",
+    "--hidden-sizes=8",
+    "--chunk-size=4",
+    f"--checkpoint-every={CHECKPOINT_EVERY}",
+    "--eval-episodes=2",
+    "--gif-episodes=0",
+    f"--seed={SEED}",
+]
+
+
+def make_ppo():
+    return eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1"), **PPO_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+def environment(cache):
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]),
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PLATFORMS="cpu",
+    )
+    return env
+
+
+def cli(cache, out, *extra):
+    command = [sys.executable, "-m", "eqxrl", "train", "CartPole-v1", *CLI_FLAGS]
+    return subprocess.run(
+        [*command, "--out", str(out), *extra],
+        env=environment(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The uninterrupted run, in this process."""
+    trainer = eqxrl.Trainer(
+        make_ppo(), chunk_size=4, eval_episodes=2, verbose=False, progress=False
+    )
+    state, metrics = trainer.fit(seed=SEED)
+    assert int(state.iteration) == 16
+    return state, metrics
+
+
+def assert_same_parameters(state, reference_state):
+    # Everything: parameters, Adam moments and count, env states, key, counter.
+    a = jax.tree.leaves(eqx.filter(state, eqx.is_array))
+    b = jax.tree.leaves(eqx.filter(reference_state, eqx.is_array))
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def csv_iterations(path):
+    with open(path, newline="") as file:
+        return [int(row["iteration"]) for row in csv.DictReader(file)]
+
+
+def test_save_then_resume_in_a_new_process_is_exact(tmp_path, cache, reference):
+    out = tmp_path / "run"
+    trainer = eqxrl.Trainer(
+        make_ppo(),
+        out=str(out),
+        chunk_size=4,
+        checkpoint_every=CHECKPOINT_EVERY,
+        eval_episodes=2,
+        verbose=False,
+        progress=False,
+    )
+    _, first = trainer.fit(seed=SEED, stop_at_iteration=6)
+    assert [i for i, _ in list_checkpoints(out / "checkpoints")][-1] == 6
+    result = cli(cache, out, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "resuming from" in result.stderr and "iteration 6" in result.stderr
+    state, _ = eqxrl.load_checkpoint(out)
+    assert int(state.iteration) == 16
+    assert_same_parameters(state, reference[0])
+    assert csv_iterations(out / "metrics.csv") == list(range(1, 17))
+    np.testing.assert_array_equal(first["total_loss"], reference[1]["total_loss"][:6])
+    assert (out / "policy.eqx").exists() and (out / "curve.png").exists()
+
+
+KILLED_RUN = textwrap.dedent(
+    """
+    import sys, time
+    import eqxrl
+    from eqxrl.training import CSVLogger, AbstractLogger
+
+    class Slow(AbstractLogger):
+        # Slow enough between chunks that the parent can kill mid-run.
+        def log(self, row):
+            pass
+        def flush(self):
+            time.sleep(0.4)
+
+    out = sys.argv[1]
+    ppo = eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1"), **{options})
+    trainer = eqxrl.Trainer(
+        ppo, out=out, chunk_size=4, checkpoint_every={every}, eval_episodes=2,
+        loggers=(CSVLogger(out + "/metrics.csv"), Slow()), progress=False,
+    )
+    trainer.fit(seed={seed})
+    """
+).format(options=repr(PPO_OPTIONS), every=CHECKPOINT_EVERY, seed=SEED)
+
+
+def test_sigkill_mid_run_then_resume_gives_the_same_parameters(
+    tmp_path, cache, reference
+):
+    out = tmp_path / "killed"
+    out.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN, str(out)],
+        env=environment(cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while len(list_checkpoints(out / "checkpoints")) < 2:
+            assert child.poll() is None, child.stderr.read()
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+    saved = [i for i, _ in list_checkpoints(out / "checkpoints")]
+    assert 16 not in saved and not (out / "policy.eqx").exists()  # killed mid-run
+    logged = csv_iterations(out / "metrics.csv")
+    # At most one checkpoint interval is lost.
+    assert max(logged) - saved[-1] <= CHECKPOINT_EVERY
+
+    result = cli(cache, out, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert f"iteration {saved[-1]}" in result.stderr
+    state, _ = eqxrl.load_checkpoint(out)
+    assert int(state.iteration) == 16
+    assert_same_parameters(state, reference[0])
+    # Rows logged after the checkpoint by the killed run were dropped, then redone.
+    assert csv_iterations(out / "metrics.csv") == list(range(1, 17))
