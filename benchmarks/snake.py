@@ -8,8 +8,11 @@ Environment steps/s: `N` auto-resetting games stepped with `jax.vmap` inside one
 action mask, the observation summed into the output so that it is really computed. Both
 libraries run the same loop, on the same board size and `N`, in the same process,
 alternating (A B A B ...); the script prints the median and best ratio over the pairs
-and the compile times separately. Jumanji's game is wrapped in its `AutoResetWrapper`
-(eqxrl's in `AutoReset`, which also keeps the pre-reset observation).
+and the compile times separately. With `--ignore-observation` the observation is not
+consumed, so XLA drops its computation in both libraries: that measures the state
+update alone, as many environment benchmarks do. Jumanji's game is wrapped in its
+`AutoResetWrapper` (eqxrl's in `AutoReset`, which also keeps the pre-reset
+observation).
 
 PPO: steps/s of whole training iterations (rollout and updates, compiled once, compile
 time excluded) with the CNN, grid-transformer and MLP actor-critics.
@@ -39,7 +42,7 @@ def valid_move(key, action_mask):
     return jr.categorical(key, logits).astype(jnp.int32)
 
 
-def eqxrl_loop(size: int, num_envs: int, num_steps: int):
+def eqxrl_loop(size: int, num_envs: int, num_steps: int, consume: bool = True):
     env = eqxrl.envs.AutoReset(eqxrl.envs.Snake(height=size, width=size))
 
     def run(key):
@@ -52,7 +55,9 @@ def eqxrl_loop(size: int, num_envs: int, num_steps: int):
             state, timestep = jax.vmap(env.step)(
                 state, action, jr.split(step_key, num_envs)
             )
-            checksum = timestep.reward.sum() + timestep.observation.sum()
+            checksum = timestep.reward.sum()
+            if consume:
+                checksum = checksum + timestep.observation.sum()
             return (state, timestep), checksum
 
         _, checksums = jax.lax.scan(body, (state, timestep), jr.split(key, num_steps))
@@ -61,7 +66,7 @@ def eqxrl_loop(size: int, num_envs: int, num_steps: int):
     return eqx.filter_jit(run)
 
 
-def jumanji_loop(size: int, num_envs: int, num_steps: int):
+def jumanji_loop(size: int, num_envs: int, num_steps: int, consume: bool = True):
     env = AutoResetWrapper(jumanji.make("Snake-v1", num_rows=size, num_cols=size))
 
     def run(key):
@@ -71,7 +76,9 @@ def jumanji_loop(size: int, num_envs: int, num_steps: int):
             state, timestep = carry
             action = valid_move(key, timestep.observation.action_mask)
             state, timestep = jax.vmap(env.step)(state, action)
-            checksum = timestep.reward.sum() + timestep.observation.grid.sum()
+            checksum = timestep.reward.sum()
+            if consume:
+                checksum = checksum + timestep.observation.grid.sum()
             return (state, timestep), checksum
 
         _, checksums = jax.lax.scan(body, (state, timestep), jr.split(key, num_steps))
@@ -92,10 +99,10 @@ def timed(function, key) -> float:
     return time.perf_counter() - start
 
 
-def benchmark_env(size: int, num_envs: int, pairs: int) -> None:
+def benchmark_env(size: int, num_envs: int, pairs: int, consume: bool) -> None:
     num_steps = max(64, min(32768, 2**18 // num_envs))
     steps = num_envs * num_steps
-    ours = eqxrl_loop(size, num_envs, num_steps)
+    ours = eqxrl_loop(size, num_envs, num_steps, consume)
     compile_ours = compile_seconds(ours, jr.key(0))
     if jumanji is None:
         times = [timed(ours, jr.key(i)) for i in range(pairs)]
@@ -106,7 +113,7 @@ def benchmark_env(size: int, num_envs: int, pairs: int) -> None:
             flush=True,
         )
         return
-    theirs = jumanji_loop(size, num_envs, num_steps)
+    theirs = jumanji_loop(size, num_envs, num_steps, consume)
     compile_theirs = compile_seconds(theirs, jr.key(0))
     ours_times, theirs_times = [], []
     for index in range(pairs):
@@ -162,16 +169,23 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 12])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
     parser.add_argument("--skip-env", action="store_true")
+    parser.add_argument(
+        "--ignore-observation",
+        action="store_true",
+        help="do not consume the observation (XLA then never computes it): the "
+        "state update alone",
+    )
     parser.add_argument("--skip-ppo", action="store_true")
     args = parser.parse_args()
     print(
         f"jax {jax.__version__} on {jax.devices()[0].device_kind}; Jumanji "
-        f"{jumanji.__version__ if jumanji else 'not installed: eqxrl only'}"
+        f"{jumanji.__version__ if jumanji else 'not installed: eqxrl only'}; "
+        f"observation {'ignored' if args.ignore_observation else 'consumed'}"
     )
     if not args.skip_env:
         for size in args.sizes:
             for num_envs in args.num_envs:
-                benchmark_env(size, num_envs, args.pairs)
+                benchmark_env(size, num_envs, args.pairs, not args.ignore_observation)
     if not args.skip_ppo:
         benchmark_ppo("mlp", 10, iterations=4, repeats=3)
         benchmark_ppo("cnn", 10, iterations=2, repeats=3)

@@ -63,7 +63,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ent-coef", type=float, default=0.01)
     parser.add_argument("--vf-coef", type=float, default=0.5)
     parser.add_argument(
-        "--chunk", type=int, default=16, help="iterations per compiled call"
+        "--chunk",
+        type=int,
+        default=0,
+        help="iterations per compiled call (0: a divisor of the number of "
+        "iterations giving about 24 progress lines)",
     )
     parser.add_argument("--eval-games", type=int, default=256)
     parser.add_argument(
@@ -128,7 +132,7 @@ def evaluate(env, policy, key, num_games: int):
 
 
 @eqx.filter_jit
-def record_game(env, policy, key, num_steps: int):
+def record_game(env, policy, key, num_steps: int, cell_pixels: int):
     """Frames of one game (frozen on its last frame once it ends), rendered in jit."""
     reset_key, steps_key = jr.split(key)
     state, timestep = env.reset(reset_key)
@@ -153,7 +157,7 @@ def record_game(env, policy, key, num_steps: int):
     states = jax.tree.map(
         lambda first, rest: jnp.concatenate([first[None], rest]), state, states
     )
-    frames = jax.vmap(env.render)(states)
+    frames = jax.vmap(lambda state: env.render(state, cell_pixels))(states)
     # Frames to keep: the first, every step until the game ends, plus a short pause.
     num_frames = jnp.minimum(jnp.sum(~done) + 2 + 8, num_steps + 1)
     return frames, num_frames
@@ -218,13 +222,18 @@ def main() -> None:
     def run_chunk(ppo, state, num_iterations):
         return ppo.train_iterations(state, num_iterations)
 
+    # Equal chunks, so that one compiled program serves every chunk.
+    target = args.chunk or max(1, ppo.num_iterations // 24)
+    divisors = [
+        d for d in range(1, ppo.num_iterations + 1) if ppo.num_iterations % d == 0
+    ]
+    chunk = min(divisors, key=lambda d: abs(d - target))
     state = eqx.filter_jit(ppo.init)(jr.key(args.seed))
     history: list[dict[str, np.ndarray]] = []
     done_iterations = 0
     start = time.perf_counter()
     print("compiling the training iteration (the first chunk includes it) ...")
     while done_iterations < ppo.num_iterations:
-        chunk = min(args.chunk, ppo.num_iterations - done_iterations)
         chunk_start = time.perf_counter()
         state, metrics = run_chunk(ppo, state, chunk)
         history.append(jax.device_get(metrics))
@@ -283,7 +292,10 @@ def main() -> None:
     written = ["metrics.csv", "policy.eqx", "config.json"]
     if plotted:
         written.append("learning_curve.png")
-    frames, num_frames = record_game(env, greedy, jr.key(args.seed + 2), args.gif_steps)
+    cell_pixels = max(16, 240 // args.size)  # about 240 pixels across
+    frames, num_frames = record_game(
+        env, greedy, jr.key(args.seed + 2), args.gif_steps, cell_pixels
+    )
     try:
         eqxrl.envs.save_gif(frames[: int(num_frames)], args.out / "snake.gif", fps=12)
         written.append("snake.gif")

@@ -64,6 +64,14 @@ _HEAD = (170, 240, 90)
 _NECK = (60, 190, 90)
 _TAIL = (20, 100, 70)
 _FOOD = (235, 70, 80)
+_EYE = (20, 24, 30)
+# Eye centres in a head cell (row, column as fractions of the cell) per direction.
+_EYES = (
+    ((0.3, 0.3), (0.3, 0.7)),  # up
+    ((0.3, 0.7), (0.7, 0.7)),  # right
+    ((0.7, 0.3), (0.7, 0.7)),  # down
+    ((0.3, 0.3), (0.7, 0.3)),  # left
+)
 
 
 def _rgb(colour: tuple[int, int, int]) -> Float[Array, "1 1 3"]:
@@ -317,7 +325,8 @@ class Snake(AbstractEnvironment[SnakeState]):
 
         Jit- and vmap-able: `jax.vmap(env.render)(states)` draws a batch of frames
         inside a compiled program. The body shades from the head to the tail, with the
-        gaps between consecutive segments filled; the food is a disc.
+        gaps between consecutive segments filled, and eyes on the head look where the
+        snake last moved; the food is a disc.
 
         **Arguments:**
 
@@ -389,6 +398,18 @@ class Snake(AbstractEnvironment[SnakeState]):
         is_food = (jnp.arange(height * width) == state.food).reshape(height, width)
         food = upsample(is_food) & jnp.tile(disc, (height, width))
 
+        # Eyes on the head, looking where the snake last moved.
+        eyes = jnp.array(_EYES, jnp.float32)[state.direction] * size  # [2, 2]
+        local = jnp.arange(size, dtype=jnp.float32) + 0.5
+        local_y = jnp.tile(local, height)[:, None]
+        local_x = jnp.tile(local, width)[None, :]
+        eye_radius = max(1.0, size / 9)
+        near_eye = jnp.zeros((height * size, width * size), bool)
+        for eye in range(2):
+            distance = (local_y - eyes[eye, 0]) ** 2 + (local_x - eyes[eye, 1]) ** 2
+            near_eye = near_eye | (distance <= eye_radius**2)
+        eye = upsample(is_head) & near_eye
+
         background = jnp.where(
             (y_inside & x_inside)[..., None],
             _rgb(_GRID),
@@ -396,4 +417,5 @@ class Snake(AbstractEnvironment[SnakeState]):
         )
         image = jnp.where(painted[..., None], upsample(colour), background)
         image = jnp.where(food[..., None], _rgb(_FOOD), image)
+        image = jnp.where(eye[..., None], _rgb(_EYE), image)
         return jnp.round(image).astype(jnp.uint8)

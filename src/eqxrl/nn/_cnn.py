@@ -43,6 +43,21 @@ def _policy_and_value_heads(
     return heads[0], heads[1]
 
 
+def _patches(
+    x: Float[Array, "height width channels"],
+) -> Float[Array, "height width 9*channels"]:
+    """The 3x3 neighbourhood of every cell (zero outside), channels last: a 3x3
+    "same" convolution is then one matrix product."""
+    height, width, _ = x.shape
+    padded = jnp.pad(x, ((1, 1), (1, 1), (0, 0)))
+    shifted = [
+        padded[row : row + height, column : column + width]
+        for row in range(3)
+        for column in range(3)
+    ]
+    return jnp.concatenate(shifted, axis=-1)
+
+
 class CNNActorCritic(AbstractActorCritic):
     """A small convolutional actor-critic for grid observations `[height, width, C]`.
 
@@ -55,6 +70,10 @@ class CNNActorCritic(AbstractActorCritic):
     call); the heads are orthogonal with gains 0.01 (policy) and 1 (value), as in PPO
     implementations. With the defaults a forward pass on a 10x10 board costs about
     0.16 M multiply-adds (one convolution to 16 channels, a 64-wide dense layer).
+
+    Each convolution is stored as an `eqx.nn.Linear` acting on the 3x3 patches of the
+    board (im2col): a matrix product, which XLA runs several times faster on a CPU
+    than its convolutions, above all for the kernel gradient.
 
     **Arguments:**
 
@@ -80,7 +99,7 @@ class CNNActorCritic(AbstractActorCritic):
         ```
     """
 
-    convolutions: list[eqx.nn.Conv2d]
+    convolutions: list[eqx.nn.Linear]
     dense: eqx.nn.Linear
     actor: eqx.nn.Linear
     critic: eqx.nn.Linear
@@ -109,14 +128,14 @@ class CNNActorCritic(AbstractActorCritic):
         keys = jr.split(key, len(channels) + 2)
         convolutions = []
         for index, out_channels in enumerate(channels):
-            convolution = eqx.nn.Conv2d(
-                in_channels, out_channels, 3, padding="SAME", key=jr.key(0)
-            )
-            weight = _he_uniform(keys[index], convolution.weight.shape, in_channels * 9)
+            patch_size = 9 * in_channels
             convolution = eqx.tree_at(
-                lambda conv: (conv.weight, conv.bias),
-                convolution,
-                (weight, jnp.zeros_like(convolution.bias)),
+                lambda lin: (lin.weight, lin.bias),
+                eqx.nn.Linear(patch_size, out_channels, key=jr.key(0)),
+                (
+                    _he_uniform(keys[index], (out_channels, patch_size), patch_size),
+                    jnp.zeros(out_channels, jnp.float32),
+                ),
             )
             convolutions.append(convolution)
             in_channels = out_channels
@@ -137,10 +156,11 @@ class CNNActorCritic(AbstractActorCritic):
     def _features(
         self, observation: Float[Array, "height width channels"]
     ) -> Float[Array, " hidden"]:
-        x = jnp.transpose(observation.astype(jnp.float32), (2, 0, 1))
-        x = jnp.concatenate([x, jnp.ones_like(x[:1])])
+        x = observation.astype(jnp.float32)
+        x = jnp.concatenate([x, jnp.ones_like(x[..., :1])], axis=-1)
         for convolution in self.convolutions:
-            x = jax.nn.relu(convolution(x))
+            bias = convolution.bias[None, None, :]
+            x = jax.nn.relu(_patches(x) @ convolution.weight.T + bias)
         return jax.nn.relu(self.dense(jnp.ravel(x)))
 
     def __call__(
