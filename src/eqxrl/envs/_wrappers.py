@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.lax as lax
@@ -297,9 +299,35 @@ def step_with_auto_reset(
     `(state, timestep)` batched, with `extras["final_observation"]` as `AutoReset`
     sets it.
     """
+    next_state, timestep, _ = step_with_lazy_resets(
+        env, state, action, step_keys, reset_keys
+    )
+    return next_state, timestep
+
+
+def step_with_lazy_resets(
+    env: AbstractEnvironment,
+    state: PyTree,
+    action: PyTree,
+    step_keys: BatchedKeys,
+    reset_keys: BatchedKeys,
+    on_episode_end: Callable[[TimeStep], PyTree] | None = None,
+) -> tuple[PyTree, TimeStep, PyTree]:
+    """`step_with_auto_reset`, plus `on_episode_end(final_timestep)` (of the batch,
+    before the resets) evaluated in the same `lax.cond` branch as the resets, so
+    work needed only when an episode ends costs nothing on other steps. Returns
+    its output, or zeros of the same structure on steps where no episode ended
+    (`None` without `on_episode_end`)."""
     state, timestep = jax.vmap(env.step)(state, action, step_keys)
     done = timestep.terminated | timestep.truncated
     resettable = (state, timestep.observation, timestep.action_mask)
+    if on_episode_end is None:
+        nothing = None
+    else:
+        nothing = jtu.tree_map(
+            lambda leaf: jnp.zeros(leaf.shape, leaf.dtype),
+            jax.eval_shape(on_episode_end, timestep),
+        )
 
     def with_resets():
         reset_state, reset_timestep = jax.vmap(env.reset)(reset_keys)
@@ -309,10 +337,13 @@ def step_with_auto_reset(
             return jnp.where(mask, reset_leaf, leaf)
 
         fresh = (reset_state, reset_timestep.observation, reset_timestep.action_mask)
-        return jtu.tree_map(select, fresh, resettable)
+        selected = jtu.tree_map(select, fresh, resettable)
+        if on_episode_end is None:
+            return selected, nothing
+        return selected, on_episode_end(timestep)
 
-    next_state, observation, action_mask = lax.cond(
-        jnp.any(done), with_resets, lambda: resettable
+    (next_state, observation, action_mask), episode_end_output = lax.cond(
+        jnp.any(done), with_resets, lambda: (resettable, nothing)
     )
     extras = dict(timestep.extras)
     extras["final_observation"] = timestep.observation
@@ -323,4 +354,4 @@ def step_with_auto_reset(
         (observation, action_mask, extras),
         is_leaf=lambda x: x is None,
     )
-    return next_state, timestep
+    return next_state, timestep, episode_end_output

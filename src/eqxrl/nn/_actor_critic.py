@@ -32,6 +32,17 @@ class AbstractActorCritic(eqx.Module):
     def value(self, observation: Array) -> Float[Array, ""]:
         """The state value alone (cheaper than `__call__`)."""
 
+    @property
+    def separate_critic(self) -> bool:
+        """Whether the value shares no computation with the policy.
+
+        `True` lets PPO leave the critic out of the step-by-step rollout and evaluate
+        it once on all of the rollout's observations afterwards: one large batch,
+        which runs much faster than many small ones. Leave it `False` (the default)
+        for networks with a shared trunk, whose trunk would otherwise run twice.
+        """
+        return False
+
 
 def _forward(
     layers: list[eqx.nn.Linear], activation: Callable[[Array], Array], x: Array
@@ -140,6 +151,11 @@ class MLPActorCritic(AbstractActorCritic):
         features = jnp.ravel(observation).astype(jnp.float32)
         return _forward(self.critic, self.activation, features)[0]
 
+    @property
+    def separate_critic(self) -> bool:
+        """`True`: the actor and the critic are separate networks."""
+        return True
+
 
 class MLPGaussianActorCritic(AbstractActorCritic):
     """Separate actor and critic MLPs with a diagonal Gaussian policy head.
@@ -212,3 +228,8 @@ class MLPGaussianActorCritic(AbstractActorCritic):
     def value(self, observation: Array) -> Float[Array, ""]:
         features = jnp.ravel(observation).astype(jnp.float32)
         return _forward(self.critic, self.activation, features)[0]
+
+    @property
+    def separate_critic(self) -> bool:
+        """`True`: the actor and the critic are separate networks."""
+        return True

@@ -80,3 +80,8 @@ class NormalizedActorCritic(AbstractActorCritic):
 
     def value(self, observation: Array) -> Float[Array, ""]:
         return self.model.value(self.statistics.normalize(observation))
+
+    @property
+    def separate_critic(self) -> bool:
+        """That of the wrapped model."""
+        return self.model.separate_critic
