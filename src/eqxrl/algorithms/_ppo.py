@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import optax
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
+from .._config import check_range, float32
 from .._filters import filter_scan
 from ..buffers import Transition
 from ..distributions import MaskedCategorical
@@ -34,10 +35,6 @@ from ..nn import (
 )
 from ._base import AbstractAlgorithm
 from ._returns import compute_gae
-
-
-def _float32(value: ArrayLike) -> Array:
-    return jnp.asarray(value, dtype=jnp.float32)
 
 
 class PPOState(eqx.Module):
@@ -144,14 +141,14 @@ class PPO(AbstractAlgorithm[PPOState]):
     total_timesteps: int = eqx.field(static=True, default=500_000)
     num_epochs: int = eqx.field(static=True, default=4)
     num_minibatches: int = eqx.field(static=True, default=4)
-    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
     anneal_lr: bool = eqx.field(static=True, default=True)
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
-    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=_float32)
-    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=_float32)
-    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=_float32)
-    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
+    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=float32)
+    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=float32)
+    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=float32)
+    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=float32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=float32)
     clip_value_loss: bool = eqx.field(static=True, default=True)
     normalize_advantages: bool = eqx.field(static=True, default=True)
     normalize_observations: bool = eqx.field(static=True, default=False)
@@ -186,13 +183,13 @@ class PPO(AbstractAlgorithm[PPOState]):
             raise ValueError(
                 f"PPO: hidden_sizes={self.hidden_sizes} must be positive integers."
             )
-        _check_range("learning_rate", self.learning_rate, 0.0, math.inf)
-        _check_range("gamma", self.gamma, 0.0, 1.0)
-        _check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
-        _check_range("clip_eps", self.clip_eps, 0.0, math.inf)
-        _check_range("ent_coef", self.ent_coef, 0.0, math.inf)
-        _check_range("vf_coef", self.vf_coef, 0.0, math.inf)
-        _check_range("max_grad_norm", self.max_grad_norm, 0.0, math.inf)
+        check_range("PPO", "learning_rate", self.learning_rate, 0.0, math.inf)
+        check_range("PPO", "gamma", self.gamma, 0.0, 1.0)
+        check_range("PPO", "gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_range("PPO", "clip_eps", self.clip_eps, 0.0, math.inf)
+        check_range("PPO", "ent_coef", self.ent_coef, 0.0, math.inf)
+        check_range("PPO", "vf_coef", self.vf_coef, 0.0, math.inf)
+        check_range("PPO", "max_grad_norm", self.max_grad_norm, 0.0, math.inf)
         for env in unwrap(self.env):
             if isinstance(env, AutoReset):
                 raise ValueError(
@@ -599,20 +596,6 @@ def episode_metrics(transitions: Transition) -> dict[str, Array]:
         "episode_length": mean_over_ended(transitions.extras["episode_length"]),
         "episode_count": count.astype(jnp.int32),
     }
-
-
-def _check_range(name: str, value: Array, low: float, high: float) -> None:
-    """Raise a ValueError if a concrete hyperparameter is outside [low, high]."""
-    if isinstance(value, jax.core.Tracer):
-        return  # inside vmap/jit the value is unknown; nothing to check eagerly
-    if value.shape != ():
-        raise ValueError(
-            f"PPO: {name} must be a scalar, got shape {value.shape}; to sweep over "
-            "values, build PPO inside jax.vmap."
-        )
-    number = float(value)
-    if not (low <= number <= high) or math.isnan(number):
-        raise ValueError(f"PPO: {name}={number} must lie in [{low}, {high}].")
 
 
 def _transition(

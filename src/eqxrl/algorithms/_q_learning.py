@@ -15,7 +15,6 @@ from .._filters import filter_scan
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
     AbstractEnvironment,
-    AbstractSpace,
     AbstractWrapper,
     AutoReset,
     Discrete,
@@ -68,14 +67,6 @@ class _KeepFinalActionMask(AbstractWrapper):
     truncated episode with the greedy valid action)."""
 
     env: AbstractEnvironment
-
-    @property
-    def observation_space(self) -> AbstractSpace:
-        return self.env.observation_space
-
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         state, timestep = self.env.reset(key)

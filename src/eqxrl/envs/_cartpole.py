@@ -5,13 +5,10 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._config import float32
 from ._environment import AbstractEnvironment
 from ._spaces import Box, Discrete
 from ._types import TimeStep
-
-
-def _float32(value: ArrayLike) -> Array:
-    return jnp.asarray(value, dtype=jnp.float32)
 
 
 class CartPoleState(eqx.Module):
@@ -43,12 +40,12 @@ class CartPole(AbstractEnvironment[CartPoleState]):
       `time_step`: physics, with gymnasium's defaults.
     """
 
-    gravity: Float[Array, ""] = eqx.field(default=9.8, converter=_float32)
-    cart_mass: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
-    pole_mass: Float[Array, ""] = eqx.field(default=0.1, converter=_float32)
-    pole_half_length: Float[Array, ""] = eqx.field(default=0.5, converter=_float32)
-    force_magnitude: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
-    time_step: Float[Array, ""] = eqx.field(default=0.02, converter=_float32)
+    gravity: Float[Array, ""] = eqx.field(default=9.8, converter=float32)
+    cart_mass: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
+    pole_mass: Float[Array, ""] = eqx.field(default=0.1, converter=float32)
+    pole_half_length: Float[Array, ""] = eqx.field(default=0.5, converter=float32)
+    force_magnitude: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    time_step: Float[Array, ""] = eqx.field(default=0.02, converter=float32)
 
     x_threshold = 2.4
     theta_threshold = 12 * 2 * math.pi / 360

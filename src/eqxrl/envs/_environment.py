@@ -73,9 +73,20 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
     """An environment built around another one, changing part of its behaviour.
 
     Wrappers compose, e.g. `AutoReset(EpisodeStatistics(TimeLimit(env, 500)))`.
+    The spaces are those of the wrapped environment unless a wrapper overrides them.
     """
 
     env: eqx.AbstractVar[AbstractEnvironment]
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        """The wrapped environment's observation space."""
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        """The wrapped environment's action space."""
+        return self.env.action_space
 
 
 def unwrap(env: AbstractEnvironment) -> list[AbstractEnvironment]:

@@ -5,13 +5,10 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._config import float32
 from ._environment import AbstractEnvironment
 from ._spaces import Box
 from ._types import TimeStep
-
-
-def _float32(value: ArrayLike) -> Array:
-    return jnp.asarray(value, dtype=jnp.float32)
 
 
 class PendulumState(eqx.Module):
@@ -36,12 +33,12 @@ class Pendulum(AbstractEnvironment[PendulumState]):
       with gymnasium's defaults (float32 arrays, so they can be randomized by vmap).
     """
 
-    gravity: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
-    mass: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
-    length: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
-    time_step: Float[Array, ""] = eqx.field(default=0.05, converter=_float32)
-    max_speed: Float[Array, ""] = eqx.field(default=8.0, converter=_float32)
-    max_torque: Float[Array, ""] = eqx.field(default=2.0, converter=_float32)
+    gravity: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    mass: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
+    length: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
+    time_step: Float[Array, ""] = eqx.field(default=0.05, converter=float32)
+    max_speed: Float[Array, ""] = eqx.field(default=8.0, converter=float32)
+    max_torque: Float[Array, ""] = eqx.field(default=2.0, converter=float32)
 
     @property
     def observation_space(self) -> Box:

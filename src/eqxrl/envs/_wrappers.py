@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
 
 from ._environment import AbstractEnvironment, AbstractWrapper
-from ._spaces import AbstractSpace, Box
+from ._spaces import Box
 from ._types import TimeStep
 
 
@@ -42,14 +42,6 @@ class TimeLimit(AbstractWrapper[TimeLimitState]):
                 f"TimeLimit(max_episode_steps={self.max_episode_steps}): "
                 "the limit must be at least 1."
             )
-
-    @property
-    def observation_space(self) -> AbstractSpace:
-        return self.env.observation_space
-
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
 
     def reset(self, key: PRNGKeyArray) -> tuple[TimeLimitState, TimeStep]:
         env_state, timestep = self.env.reset(key)
@@ -87,14 +79,6 @@ class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
     """
 
     env: AbstractEnvironment
-
-    @property
-    def observation_space(self) -> AbstractSpace:
-        return self.env.observation_space
-
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
 
     def reset(self, key: PRNGKeyArray) -> tuple[EpisodeStatisticsState, TimeStep]:
         env_state, timestep = self.env.reset(key)
@@ -136,14 +120,6 @@ class AutoReset(AbstractWrapper):
     """
 
     env: AbstractEnvironment
-
-    @property
-    def observation_space(self) -> AbstractSpace:
-        return self.env.observation_space
-
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         state, timestep = self.env.reset(key)
@@ -195,14 +171,6 @@ class ClipAction(AbstractWrapper):
         if not isinstance(self.env.action_space, Box):
             raise ValueError("ClipAction needs an environment with a Box action space.")
 
-    @property
-    def observation_space(self) -> AbstractSpace:
-        return self.env.observation_space
-
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
-
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         return self.env.reset(key)
 
@@ -242,10 +210,6 @@ class RescaleAction(AbstractWrapper):
             raise ValueError(
                 f"RescaleAction: low={self.low} must be < high={self.high}."
             )
-
-    @property
-    def observation_space(self) -> AbstractSpace:
-        return self.env.observation_space
 
     @property
     def action_space(self) -> Box:
