@@ -3,6 +3,7 @@ from typing import Generic, TypeVar
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 from .._filters import filter_scan
@@ -47,21 +48,35 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         """
 
     def train_iterations(
-        self, state: StateT, num_iterations: int
+        self, state: StateT, num_iterations: int, *, throw: bool = True
     ) -> tuple[StateT, dict[str, Array]]:
         """Run `num_iterations` iterations from `state` as one `lax.scan`.
+
+        **Arguments:**
+
+        - `state`: the training state to continue from.
+        - `num_iterations`: how many iterations to run.
+        - `throw`: stop with an error as soon as a loss metric (every metric whose
+          name ends in `loss`) is NaN or infinite, instead of training on from
+          parameters that are no longer numbers (see `train`).
 
         **Returns:**
 
         `(state, metrics)`, each metric stacked to shape `[num_iterations]`.
         """
+        name = type(self).__name__
 
         def body(carry, _):
-            return self.train_iteration(carry)
+            carry, metrics = self.train_iteration(carry)
+            if throw:
+                carry = _error_if_nonfinite_loss(name, carry, metrics)
+            return carry, metrics
 
         return filter_scan(body, state, length=num_iterations)
 
-    def train(self, key: PRNGKeyArray) -> tuple[StateT, dict[str, Array]]:
+    def train(
+        self, key: PRNGKeyArray, *, throw: bool = True
+    ) -> tuple[StateT, dict[str, Array]]:
         """A whole training run, compiled as one program.
 
         Called outside of JAX transformations, it also checks the metrics on the host
@@ -72,19 +87,51 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
 
         - `key`: a PRNG key; all randomness of the run comes from it, so the same key
           gives the same result on the same machine.
+        - `throw`: raise an error (through `eqx.error_if`, at the iteration where it
+          happens) when a loss becomes NaN or infinite, e.g. from a learning rate far
+          too large. Under `vmap` one diverging member stops the whole batch: pass
+          `throw=False` for sweeps, then divergent members show non-finite losses in
+          their metrics while the others train normally.
 
         **Returns:**
 
         `(state, metrics)`: the final training state and a dict of per-iteration
         metrics, each of shape `[num_iterations]`.
         """
-        state, metrics = _train(self, key)
+        state, metrics = _train(self, key, throw)
         traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(metrics))
         if not traced:
             check_entropy_collapse(metrics)
         return state, metrics
 
 
+def _error_if_nonfinite_loss(
+    name: str, state: StateT, metrics: dict[str, Array]
+) -> StateT:
+    """`state`, through `eqx.error_if` on every loss metric being finite."""
+    losses = [value for key, value in metrics.items() if key.endswith("loss")]
+    if not losses:
+        return state
+    nonfinite = jnp.logical_not(
+        jnp.all(jnp.stack([jnp.all(jnp.isfinite(loss)) for loss in losses]))
+    )
+    dynamic, static = eqx.partition(state, eqx.is_array)
+    leaves, treedef = jax.tree.flatten(dynamic)
+    if not leaves:
+        return state
+    leaves[0] = eqx.error_if(
+        leaves[0],
+        nonfinite,
+        f"{name}: a loss became NaN or infinite during training. Usual causes: a "
+        "learning rate far too large, non-finite rewards or observations from the "
+        "environment, or unbounded rewards (try normalize_rewards). Pass "
+        "throw=False to train on and find the divergent runs in the metrics.",
+    )
+    return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
+
+
 @eqx.filter_jit
-def _train(algorithm: AbstractAlgorithm, key: PRNGKeyArray):
-    return algorithm.train_iterations(algorithm.init(key), algorithm.num_iterations)
+def _train(algorithm: AbstractAlgorithm, key: PRNGKeyArray, throw: bool):
+    return algorithm.train_iterations(
+        algorithm.init(key), algorithm.num_iterations, throw=throw
+    )

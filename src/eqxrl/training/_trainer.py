@@ -230,6 +230,10 @@ class Trainer(eqx.Module):
       environment, recorded in checkpoints; found automatically for registered
       environments made without arguments.
     - `verbose`: print the device, the compile time and where files go.
+    - `throw`: stop `fit` with a `FloatingPointError` after the chunk in which a
+      loss metric became NaN or infinite (its rows are logged first; no checkpoint
+      of the diverged state is written, so the latest checkpoint is from before the
+      divergence). `False`: train on.
 
     !!! example
 
@@ -259,6 +263,7 @@ class Trainer(eqx.Module):
     env_name: str | None = eqx.field(static=True, default=None)
     env_kwargs: Mapping[str, Any] | None = eqx.field(static=True, default=None)
     verbose: bool = eqx.field(static=True, default=True)
+    throw: bool = eqx.field(static=True, default=True)
 
     def __check_init__(self):
         if not isinstance(self.algorithm, AbstractAlgorithm):
@@ -527,6 +532,10 @@ class Trainer(eqx.Module):
                 for logger in loggers:
                     logger.flush()
                 progress.update(count * spi, _latest_return(metrics))
+                if self.throw:
+                    _raise_on_nonfinite_loss(
+                        metrics, first, None if out is None else checkpoints_dir
+                    )
 
                 if out is not None and (
                     iteration % checkpoint_every == 0 or iteration == stop
@@ -722,6 +731,33 @@ class Trainer(eqx.Module):
             self._say(f"no curve.png: {error}")
         except FileNotFoundError:
             pass
+
+
+def _raise_on_nonfinite_loss(
+    metrics: Mapping[str, np.ndarray], first: int, checkpoints: Path | None
+) -> None:
+    """Raise FloatingPointError at the first iteration of a chunk whose loss metric
+    (any metric named `*loss`) is NaN or infinite."""
+    for name, values in metrics.items():
+        if not name.endswith("loss"):
+            continue
+        finite = np.isfinite(values).reshape(len(values), -1).all(axis=1)
+        if finite.all():
+            continue
+        iteration = first + int(np.argmin(finite)) + 1
+        where = (
+            ""
+            if checkpoints is None
+            else f" The latest checkpoint in {checkpoints} is from before it;"
+            " resume from it with a lower learning rate."
+        )
+        raise FloatingPointError(
+            f"Trainer: {name} became NaN or infinite at iteration {iteration}. Usual "
+            "causes: a learning rate far too large, non-finite rewards or "
+            "observations, unbounded rewards (try normalize_rewards)."
+            + where
+            + " Trainer(throw=False) trains on regardless."
+        )
 
 
 def _python_numbers(values: np.ndarray) -> list:
