@@ -21,6 +21,10 @@ final returns.
     64x64, and its periodic evaluation replaced by a no-op (`eval_freq` = the whole
     run, no initial evaluation, `eval_callback` returning nothing), so that only
     training is timed.
+    `--ppo-configs wide seeds8` runs the other configurations of
+    `ppo_cartpole.py` as well, the peers given the same numbers: `wide` (512 envs x
+    128 steps, 2^20 steps) and `seeds8` (the contract config, 8 seeds vmapped in one
+    program; rejax and PureJaxRL through `jax.vmap` of their `train`).
 (c) The same against PureJaxRL's `purejaxrl/ppo.py` (`make_train`, its CartPole
     config with `TOTAL_TIMESTEPS=500_000`), if `--purejaxrl PATH/ppo.py` is given.
     PureJaxRL is not on PyPI; extract it from its repository, outside this one:
@@ -63,7 +67,7 @@ import jax.random as jr
 import numpy as np
 import rejax
 from env_throughput import compile_eqxrl, scan_length, timed_call
-from ppo_cartpole import compile_eqxrl_ppo, make_ppo
+from ppo_cartpole import CONFIGS, NUM_SEEDS, compile_eqxrl_ppo, make_ppo
 from rejax.evaluate import evaluate as rejax_evaluate
 
 import eqxrl
@@ -185,22 +189,23 @@ def train_return(returns: np.ndarray, ended: np.ndarray) -> float:
     return float(np.nanmean(per_iteration[-LAST_ITERATIONS:]))
 
 
-def eqxrl_ppo_runner() -> tuple[Runner, float, int]:
-    run, compile_seconds, env_steps = compile_eqxrl_ppo("contract")
+def eqxrl_ppo_runner(config_name: str) -> tuple[Runner, float, int]:
+    run, compile_seconds, env_steps = compile_eqxrl_ppo(config_name)
 
     def runner(seed: int):
         seconds, returns, state = run(seed)
-        return seconds, float(returns[0]), state
+        return seconds, float(np.mean(returns)), state
 
     return runner, compile_seconds, env_steps
 
 
-def rejax_ppo(num_iterations: int):
-    """rejax PPO with the contract config and no evaluation during training."""
-    batch = 4 * 128
+def rejax_ppo(num_iterations: int, num_envs: int = 4):
+    """rejax PPO with the contract config (or another number of environments) and
+    no evaluation during training."""
+    batch = num_envs * 128
     algo = rejax.get_algo("ppo").create(
         env="CartPole-v1",
-        num_envs=4,
+        num_envs=num_envs,
         num_steps=128,
         num_epochs=4,
         num_minibatches=4,
@@ -223,18 +228,28 @@ def rejax_ppo(num_iterations: int):
     return algo.replace(eval_callback=lambda algo, ts, rng: jnp.zeros(()))
 
 
-def rejax_ppo_runner(num_iterations: int) -> tuple[Runner, float, int, object]:
-    algo = rejax_ppo(num_iterations)
+def _keys(seed: int, num_seeds: int):
+    """One legacy key, or `num_seeds` of them for a vmapped run."""
+    key = jr.PRNGKey(seed)
+    return key if num_seeds == 1 else jr.split(key, num_seeds)
+
+
+def rejax_ppo_runner(
+    num_iterations: int, num_envs: int, num_seeds: int
+) -> tuple[Runner, float, int, object]:
+    algo = rejax_ppo(num_iterations, num_envs)
+    train = algo.train if num_seeds == 1 else jax.vmap(algo.train)
     start = time.perf_counter()
-    compiled = jax.jit(algo.train).lower(jr.PRNGKey(0)).compile()
+    compiled = jax.jit(train).lower(_keys(0, num_seeds)).compile()
     compile_seconds = time.perf_counter() - start
 
     def runner(seed: int):
         start = time.perf_counter()
-        ts, _ = jax.block_until_ready(compiled(jr.PRNGKey(seed)))
+        ts, _ = jax.block_until_ready(compiled(_keys(seed, num_seeds)))
         return time.perf_counter() - start, float("nan"), ts
 
-    return runner, compile_seconds, num_iterations * 4 * 128, algo
+    steps = num_seeds * num_iterations * num_envs * 128
+    return runner, compile_seconds, steps, algo
 
 
 PUREJAXRL_CONFIG = {
@@ -291,25 +306,35 @@ def import_purejaxrl(path: Path) -> types.ModuleType:
     return module
 
 
-def purejaxrl_runner(module: types.ModuleType) -> tuple[Runner, float, int]:
+def purejaxrl_runner(
+    module: types.ModuleType, config_name: str
+) -> tuple[Runner, float, int]:
     config = dict(PUREJAXRL_CONFIG)
+    config["NUM_ENVS"] = CONFIGS[config_name]["num_envs"]
+    config["TOTAL_TIMESTEPS"] = CONFIGS[config_name]["total_timesteps"]
+    num_seeds = NUM_SEEDS[config_name]
     train = module.make_train(config)  # fills in NUM_UPDATES
+    if num_seeds > 1:
+        train = jax.vmap(train)
     start = time.perf_counter()
-    compiled = jax.jit(train).lower(jr.PRNGKey(0)).compile()
+    compiled = jax.jit(train).lower(_keys(0, num_seeds)).compile()
     compile_seconds = time.perf_counter() - start
 
     def runner(seed: int):
         start = time.perf_counter()
-        out = jax.block_until_ready(compiled(jr.PRNGKey(seed)))
+        out = jax.block_until_ready(compiled(_keys(seed, num_seeds)))
         seconds = time.perf_counter() - start
         metrics = out["metrics"]
-        final = train_return(
-            np.asarray(metrics["returned_episode_returns"]),
-            np.asarray(metrics["returned_episode"]),
-        )
+        returns = np.asarray(metrics["returned_episode_returns"])
+        ended = np.asarray(metrics["returned_episode"])
+        if num_seeds > 1:  # [seeds, iterations, ...] -> [iterations, ..., seeds]
+            returns, ended = np.moveaxis(returns, 0, -1), np.moveaxis(ended, 0, -1)
+        final = train_return(returns, ended)
         return seconds, final, out["runner_state"][0]
 
-    env_steps = config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
+    env_steps = (
+        num_seeds * config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
+    )
     return runner, compile_seconds, int(env_steps)
 
 
@@ -322,18 +347,21 @@ def evaluate_return(act: Callable, seed: int) -> float:
     return float(np.mean(returns))
 
 
-def compare_ppo(pairs: int, purejaxrl: Path | None) -> list[dict]:
-    print(f"\n(b, c) PPO on CartPole-v1, contract config, {pairs} rounds")
-    ours, ours_compile, ours_steps = eqxrl_ppo_runner()
-    num_iterations = make_ppo("contract").num_iterations
-    rejax_run, rejax_compile, rejax_steps, rejax_algo = rejax_ppo_runner(num_iterations)
+def compare_ppo(pairs: int, purejaxrl: Path | None, config_name: str) -> list[dict]:
+    print(f"\n(b, c) PPO on CartPole-v1, {config_name} config, {pairs} rounds")
+    ours, ours_compile, ours_steps = eqxrl_ppo_runner(config_name)
+    ppo = make_ppo(config_name)
+    num_seeds = NUM_SEEDS[config_name]
+    rejax_run, rejax_compile, rejax_steps, rejax_algo = rejax_ppo_runner(
+        ppo.num_iterations, ppo.num_envs, num_seeds
+    )
     contestants = {
         "eqxrl": (ours, ours_compile, ours_steps),
         "rejax": (rejax_run, rejax_compile, rejax_steps),
     }
     if purejaxrl is not None:
         module = import_purejaxrl(purejaxrl)
-        contestants["purejaxrl"] = purejaxrl_runner(module)
+        contestants["purejaxrl"] = purejaxrl_runner(module, config_name)
     else:
         module = None
         print("  PureJaxRL skipped: pass --purejaxrl PATH/TO/purejaxrl/ppo.py")
@@ -360,9 +388,11 @@ def compare_ppo(pairs: int, purejaxrl: Path | None) -> list[dict]:
             flush=True,
         )
 
-    # Final policies of the last round, through rejax's evaluator.
+    # Final policies of the last round (first seed), through rejax's evaluator.
+    if num_seeds > 1:
+        states = {name: jax.tree.map(lambda x: x[0], s) for name, s in states.items()}
     eval_returns = {}
-    eqxrl_policy = make_ppo("contract").policy(states["eqxrl"])
+    eqxrl_policy = ppo.policy(states["eqxrl"])
     eval_returns["eqxrl"] = evaluate_return(lambda obs, rng: eqxrl_policy(obs, rng), 0)
     eval_returns["rejax"] = evaluate_return(rejax_algo.make_act(states["rejax"]), 0)
     if module is not None:
@@ -385,7 +415,7 @@ def compare_ppo(pairs: int, purejaxrl: Path | None) -> list[dict]:
         ours_sps, peer_sps = sps("eqxrl"), sps(peer)
         summary = ratio_summary([1 / s for s in ours_sps], [1 / s for s in peer_sps])
         summary.update(
-            what=f"PPO train steps/s (contract) vs {peer}",
+            what=f"PPO train steps/s ({config_name}) vs {peer}",
             ours_sps=statistics.median(ours_sps),
             peer_sps=statistics.median(peer_sps),
             ours_best_sps=max(ours_sps),
@@ -439,6 +469,13 @@ def main() -> None:
     parser.add_argument("--purejaxrl", type=Path, default=None, help="path to ppo.py")
     parser.add_argument("--skip-env", action="store_true")
     parser.add_argument("--skip-ppo", action="store_true")
+    parser.add_argument(
+        "--ppo-configs",
+        nargs="+",
+        choices=sorted(CONFIGS),
+        default=["contract"],
+        help="PPO configurations of benchmarks/ppo_cartpole.py to compare",
+    )
     args = parser.parse_args()
 
     versions = {
@@ -458,7 +495,8 @@ def main() -> None:
             steps = scan_length(num_envs, args.env_steps, args.min_work)
             results.append(compare_env(num_envs, steps, args.env_pairs))
     if not args.skip_ppo:
-        results.extend(compare_ppo(args.pairs, args.purejaxrl))
+        for config_name in args.ppo_configs:
+            results.extend(compare_ppo(args.pairs, args.purejaxrl, config_name))
 
     print("\nSummary (ratio > 1: eqxrl faster; steps/s are medians over rounds)")
     print(
