@@ -2,11 +2,11 @@ import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
-import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
 
 from ._environment import AbstractEnvironment, AbstractWrapper
+from ._random import split
 from ._spaces import AbstractSpace, Box
 from ._types import TimeStep
 
@@ -150,7 +150,7 @@ class AutoReset(AbstractWrapper):
         return state, eqx.tree_at(lambda t: t.extras, timestep, extras)
 
     def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
-        step_key, reset_key = jr.split(key)
+        step_key, reset_key = split(key)
         state, timestep = self.env.step(state, action, step_key)
         reset_state, reset_timestep = self.env.reset(reset_key)
         done = timestep.terminated | timestep.truncated
