@@ -42,6 +42,13 @@ class TimeLimit(AbstractWrapper[TimeLimitState]):
             )
 
     @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: TimeLimitState) -> PyTree:
+        return self.env.observation(state.env_state)
+
+    @property
     def observation_space(self) -> AbstractSpace:
         return self.env.observation_space
 
@@ -87,6 +94,13 @@ class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
     env: AbstractEnvironment
 
     @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: EpisodeStatisticsState) -> PyTree:
+        return self.env.observation(state.env_state)
+
+    @property
     def observation_space(self) -> AbstractSpace:
         return self.env.observation_space
 
@@ -128,12 +142,24 @@ class AutoReset(AbstractWrapper):
     `observation` on every other step), which is what a value function must see to
     bootstrap through a truncation.
 
+    If the environment implements `observation(state)` (see
+    [`AbstractEnvironment.observation`][eqxrl.envs.AbstractEnvironment.observation]),
+    the returned observation is built once, from the state after the reset select;
+    otherwise the stepped and the reset observations are selected between.
+
     **Arguments:**
 
     - `env`: the environment to wrap.
     """
 
     env: AbstractEnvironment
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: PyTree) -> PyTree:
+        return self.env.observation(state)
 
     @property
     def observation_space(self) -> AbstractSpace:
@@ -161,10 +187,16 @@ class AutoReset(AbstractWrapper):
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
         next_state = jtu.tree_map(select, reset_state, state)
-        timestep = TimeStep(
-            observation=jtu.tree_map(
+        if self.env.has_state_observation:
+            # One observation, of the state after the select, rather than two and
+            # a select of them: much cheaper for large observations (Snake's board).
+            observation = self.env.observation(next_state)
+        else:
+            observation = jtu.tree_map(
                 select, reset_timestep.observation, timestep.observation
-            ),
+            )
+        timestep = TimeStep(
+            observation=observation,
             reward=timestep.reward,
             terminated=timestep.terminated,
             truncated=timestep.truncated,
@@ -192,6 +224,13 @@ class ClipAction(AbstractWrapper):
     def __check_init__(self):
         if not isinstance(self.env.action_space, Box):
             raise ValueError("ClipAction needs an environment with a Box action space.")
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: PyTree) -> PyTree:
+        return self.env.observation(state)
 
     @property
     def observation_space(self) -> AbstractSpace:
@@ -240,6 +279,13 @@ class RescaleAction(AbstractWrapper):
             raise ValueError(
                 f"RescaleAction: low={self.low} must be < high={self.high}."
             )
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: PyTree) -> PyTree:
+        return self.env.observation(state)
 
     @property
     def observation_space(self) -> AbstractSpace:
