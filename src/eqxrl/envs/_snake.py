@@ -299,6 +299,9 @@ class Snake(AbstractEnvironment[SnakeState]):
     def observation(self, state: SnakeState) -> Float[Array, "height width 3"]:
         """The observation of a state (what `reset` and `step` return).
 
+        [`AutoReset`][eqxrl.envs.AutoReset] calls it once per step on the state
+        after its reset select, instead of selecting between two observations.
+
         **Arguments:**
 
         - `state`: a game state.
