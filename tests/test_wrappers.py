@@ -128,3 +128,57 @@ def test_step_with_auto_reset_matches_auto_reset():
     assert np.abs(observation[done]).max() <= 0.05  # fresh resets
     assert (np.asarray(lazy_states.episode_length)[done] == 0).all()
     assert (np.asarray(lazy_states.episode_length)[~done] == 1).all()
+
+
+class _HiddenObservation(eqxrl.envs.AbstractWrapper):
+    """Forwards everything except `observation(state)`."""
+
+    env: eqxrl.envs.AbstractEnvironment
+
+    @property
+    def observation_space(self):
+        return self.env.observation_space
+
+    @property
+    def action_space(self):
+        return self.env.action_space
+
+    def reset(self, key):
+        return self.env.reset(key)
+
+    def step(self, state, action, key):
+        return self.env.step(state, action, key)
+
+
+def test_auto_reset_builds_the_observation_from_the_selected_state():
+    snake = eqxrl.envs.Snake(height=3, width=3)  # random play dies within steps
+    assert EpisodeStatistics(TimeLimit(snake, 9)).has_state_observation
+    assert AutoReset(snake).has_state_observation
+    assert not CartPole().has_state_observation
+    assert not _HiddenObservation(snake).has_state_observation
+    with pytest.raises(NotImplementedError):
+        CartPole().observation(CartPole().reset(jr.key(0))[0])
+
+    def play(env):
+        env = AutoReset(EpisodeStatistics(env))
+        state, _ = env.reset(jr.key(0))
+
+        def step(state, key):
+            action_key, step_key = jr.split(key)
+            action = jr.randint(action_key, (), 0, 4)
+            return env.step(state, action, step_key)
+
+        return jax.lax.scan(step, state, jr.split(jr.key(1), 200))[1]
+
+    ours, reference = play(snake), play(_HiddenObservation(snake))
+    done = np.asarray(ours.terminated | ours.truncated)
+    assert done.sum() >= 10
+    for field in ("observation", "action_mask", "reward", "terminated"):
+        np.testing.assert_array_equal(
+            getattr(ours, field), getattr(reference, field), err_msg=field
+        )
+    np.testing.assert_array_equal(
+        ours.extras["final_observation"], reference.extras["final_observation"]
+    )
+    # On reset steps the observation is a fresh game's: one head and one food.
+    assert (np.asarray(ours.observation)[done].sum(axis=(1, 2)) == [1, 0, 1]).all()

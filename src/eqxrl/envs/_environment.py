@@ -58,6 +58,36 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
         its result is unspecified: reset it (or wrap in `AutoReset`).
         """
 
+    def observation(self, state: StateT) -> PyTree[Any]:
+        """The observation of a state (optional).
+
+        Environments whose observation is a function of the state alone may
+        implement it; `reset` and `step` must then return `observation(state)` as
+        their timestep's observation. [`AutoReset`][eqxrl.envs.AutoReset] uses it
+        to build one observation per step, of the state after the reset select,
+        instead of building the stepped and the reset observations and selecting
+        between them: much cheaper when observations are large (e.g. Snake's
+        board). The default raises `NotImplementedError`; see
+        `has_state_observation`.
+
+        **Arguments:**
+
+        - `state`: a state returned by `reset` or `step`.
+
+        **Returns:**
+
+        The observation `reset` or `step` returned with `state`.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement observation(state)."
+        )
+
+    @property
+    def has_state_observation(self) -> bool:
+        """Whether `observation(state)` is implemented (`True` when a subclass
+        overrides it; wrappers answer for the environment they wrap)."""
+        return type(self).observation is not AbstractEnvironment.observation
+
     @property
     @abc.abstractmethod
     def observation_space(self) -> AbstractSpace:

@@ -1,9 +1,9 @@
 import equinox as eqx
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8, UInt32
 
 from ._environment import AbstractEnvironment
+from ._random import random_bits
 from ._spaces import Box, Discrete
 from ._types import TimeStep
 
@@ -190,7 +190,7 @@ class Snake(AbstractEnvironment[SnakeState]):
         return Discrete(4)
 
     def reset(self, key: PRNGKeyArray) -> tuple[SnakeState, TimeStep]:
-        head_bits, food_bits = jr.bits(key, (2,), jnp.uint32)
+        head_bits, food_bits = random_bits(key, (2,))
         head = _uniform_below(head_bits, self.num_cells)
         # Uniform over the other cells: draw among num_cells - 1 and skip the head.
         food = _uniform_below(food_bits, self.num_cells - 1)
@@ -268,7 +268,7 @@ class Snake(AbstractEnvironment[SnakeState]):
         prefix sum over rows, then over the chosen row (two short prefix sums are much
         cheaper under `vmap` than one over the whole board).
         """
-        u = _uniform_below(jr.bits(key, (), jnp.uint32), self.num_cells - length)
+        u = _uniform_below(random_bits(key), self.num_cells - length)
         free = (body == 0).astype(jnp.int32).reshape(self.height, self.width)
         free_per_row = free.sum(axis=1)
         free_up_to_row = jnp.cumsum(free_per_row)
@@ -298,6 +298,9 @@ class Snake(AbstractEnvironment[SnakeState]):
 
     def observation(self, state: SnakeState) -> Float[Array, "height width 3"]:
         """The observation of a state (what `reset` and `step` return).
+
+        [`AutoReset`][eqxrl.envs.AutoReset] calls it once per step on the state
+        after its reset select, instead of selecting between two observations.
 
         **Arguments:**
 

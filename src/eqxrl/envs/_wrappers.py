@@ -4,11 +4,11 @@ import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
-import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
 
 from ._environment import AbstractEnvironment, AbstractWrapper
+from ._random import split
 from ._spaces import Box
 from ._types import TimeStep
 
@@ -42,6 +42,13 @@ class TimeLimit(AbstractWrapper[TimeLimitState]):
                 f"TimeLimit(max_episode_steps={self.max_episode_steps}): "
                 "the limit must be at least 1."
             )
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: TimeLimitState) -> PyTree:
+        return self.env.observation(state.env_state)
 
     def reset(self, key: PRNGKeyArray) -> tuple[TimeLimitState, TimeStep]:
         env_state, timestep = self.env.reset(key)
@@ -80,6 +87,13 @@ class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
 
     env: AbstractEnvironment
 
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: EpisodeStatisticsState) -> PyTree:
+        return self.env.observation(state.env_state)
+
     def reset(self, key: PRNGKeyArray) -> tuple[EpisodeStatisticsState, TimeStep]:
         env_state, timestep = self.env.reset(key)
         state = EpisodeStatisticsState(env_state, jnp.float32(0.0), jnp.int32(0))
@@ -114,12 +128,24 @@ class AutoReset(AbstractWrapper):
     `observation` on every other step), which is what a value function must see to
     bootstrap through a truncation.
 
+    If the environment implements `observation(state)` (see
+    [`AbstractEnvironment.observation`][eqxrl.envs.AbstractEnvironment.observation]),
+    the returned observation is built once, from the state after the reset select;
+    otherwise the stepped and the reset observations are selected between.
+
     **Arguments:**
 
     - `env`: the environment to wrap.
     """
 
     env: AbstractEnvironment
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: PyTree) -> PyTree:
+        return self.env.observation(state)
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         state, timestep = self.env.reset(key)
@@ -128,7 +154,7 @@ class AutoReset(AbstractWrapper):
         return state, eqx.tree_at(lambda t: t.extras, timestep, extras)
 
     def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
-        step_key, reset_key = jr.split(key)
+        step_key, reset_key = split(key)
         state, timestep = self.env.step(state, action, step_key)
         reset_state, reset_timestep = self.env.reset(reset_key)
         done = timestep.terminated | timestep.truncated
@@ -139,10 +165,16 @@ class AutoReset(AbstractWrapper):
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
         next_state = jtu.tree_map(select, reset_state, state)
-        timestep = TimeStep(
-            observation=jtu.tree_map(
+        if self.env.has_state_observation:
+            # One observation, of the state after the select, rather than two and
+            # a select of them: much cheaper for large observations (Snake's board).
+            observation = self.env.observation(next_state)
+        else:
+            observation = jtu.tree_map(
                 select, reset_timestep.observation, timestep.observation
-            ),
+            )
+        timestep = TimeStep(
+            observation=observation,
             reward=timestep.reward,
             terminated=timestep.terminated,
             truncated=timestep.truncated,
@@ -170,6 +202,13 @@ class ClipAction(AbstractWrapper):
     def __check_init__(self):
         if not isinstance(self.env.action_space, Box):
             raise ValueError("ClipAction needs an environment with a Box action space.")
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: PyTree) -> PyTree:
+        return self.env.observation(state)
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         return self.env.reset(key)
@@ -210,6 +249,13 @@ class RescaleAction(AbstractWrapper):
             raise ValueError(
                 f"RescaleAction: low={self.low} must be < high={self.high}."
             )
+
+    @property
+    def has_state_observation(self) -> bool:
+        return self.env.has_state_observation
+
+    def observation(self, state: PyTree) -> PyTree:
+        return self.env.observation(state)
 
     @property
     def action_space(self) -> Box:

@@ -1,0 +1,98 @@
+"""`jax.random.bits` and `jax.random.split` for environments, computed inline.
+
+On CPU, XLA runs JAX's threefry hash as a rolled loop (a `while` of five iterations,
+each a few separate kernels): for the handful of words an environment step draws per
+environment, that loop's overhead costs more than the rest of a cheap step. These
+functions compute the same hash unrolled in `jax.numpy`, so XLA fuses it with the
+code around it. For threefry keys (JAX's default) with `jax_threefry_partitionable`
+on (the default) the results are bit for bit those of `jax.random`; for any other key
+implementation or setting they call `jax.random` itself.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Key, PRNGKeyArray, UInt32
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry_key_data(key: PRNGKeyArray) -> UInt32[Array, " 2"] | None:
+    """The two key words of a threefry key, or `None` to fall back to `jax.random`."""
+    if not jax.config.jax_threefry_partitionable:
+        return None
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != () or jr.key_impl(key) != "threefry2x32":
+            return None
+        return jr.key_data(key)
+    default_threefry = jax.config.jax_default_prng_impl == "threefry2x32"
+    if key.dtype == jnp.uint32 and key.shape == (2,) and default_threefry:
+        return key
+    return None
+
+
+def _rotate_left(x: UInt32[Array, "*shape"], bits: int) -> UInt32[Array, "*shape"]:
+    return (x << jnp.uint32(bits)) | (x >> jnp.uint32(32 - bits))
+
+
+def _threefry2x32(
+    key: UInt32[Array, " 2"], counts: UInt32[Array, " n"]
+) -> tuple[UInt32[Array, " n"], UInt32[Array, " n"]]:
+    """Threefry-2x32 (20 rounds) of the counters `(0, counts)`, unrolled."""
+    k0, k1 = key[0], key[1]
+    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
+    x0 = jnp.zeros_like(counts) + ks[0]
+    x1 = counts + ks[1]
+    for group in range(5):
+        for rotation in _ROTATIONS[group % 2]:
+            x0 = x0 + x1
+            x1 = _rotate_left(x1, rotation) ^ x0
+        x0 = x0 + ks[(group + 1) % 3]
+        x1 = x1 + ks[(group + 2) % 3] + jnp.uint32(group + 1)
+    return x0, x1
+
+
+def random_bits(key: PRNGKeyArray, shape: tuple[int, ...] = ()) -> UInt32[Array, "..."]:
+    """`jax.random.bits(key, shape, jnp.uint32)`, fused with its surroundings.
+
+    **Arguments:**
+
+    - `key`: one PRNG key (typed, or a legacy `uint32[2]` key).
+    - `shape`: the shape of the result.
+
+    **Returns:**
+
+    uint32 random bits of shape `shape`.
+    """
+    data = _threefry_key_data(key)
+    if data is None:
+        return jr.bits(key, shape, jnp.uint32)
+    counts = jnp.arange(math.prod(shape), dtype=jnp.uint32)
+    x0, x1 = _threefry2x32(data, counts)
+    return (x0 ^ x1).reshape(shape)
+
+
+def split(
+    key: PRNGKeyArray, num: int = 2
+) -> Key[Array, " {num}"] | UInt32[Array, "{num} 2"]:
+    """`jax.random.split(key, num)`, fused with its surroundings.
+
+    **Arguments:**
+
+    - `key`: one PRNG key (typed, or a legacy `uint32[2]` key).
+    - `num`: how many keys.
+
+    **Returns:**
+
+    `num` keys, of the same kind as `key`.
+    """
+    data = _threefry_key_data(key)
+    if data is None:
+        return jr.split(key, num)
+    x0, x1 = _threefry2x32(data, jnp.arange(num, dtype=jnp.uint32))
+    new = jnp.stack([x0, x1], axis=-1)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jr.wrap_key_data(new, impl=jr.key_impl(key))
+    return new
