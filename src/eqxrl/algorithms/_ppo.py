@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import check_range, float32
 from .._filters import filter_scan
+from .._random import split
 from ..buffers import Transition
 from ..distributions import MaskedCategorical
 from ..envs import (
@@ -362,7 +363,8 @@ class PPO(AbstractAlgorithm[PPOState]):
 
         def step(carry, step_key):
             env_state, timestep = carry
-            keys = jr.split(step_key, (self.num_envs, 3))
+            # jax.random.split's keys, computed so that XLA fuses it.
+            keys = split(step_key, self.num_envs * 3).reshape(self.num_envs, 3)
             action, log_prob, value = act(model, timestep, keys[:, 0])
             if critic_after_rollout:
                 value = jnp.zeros_like(value)

@@ -1,8 +1,8 @@
 import jax.numpy as jnp
-import jax.random as jr
 from distreqx.distributions import Categorical
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
+from .._random import categorical
 from ._base import AbstractActionDistribution
 
 
@@ -51,7 +51,8 @@ class MaskedCategorical(AbstractActionDistribution):
 
     def sample(self, key: PRNGKeyArray) -> Int[Array, ""]:
         """Draw one action (int32)."""
-        return jr.categorical(key, self.categorical.logits).astype(jnp.int32)
+        # jax.random.categorical's sample, computed so that XLA fuses it.
+        return categorical(key, self.categorical.logits).astype(jnp.int32)
 
     def log_prob(self, action: Int[ArrayLike, ""]) -> Float[Array, ""]:
         """Log-probability of `action` (finite even for masked actions)."""

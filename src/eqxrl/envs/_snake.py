@@ -2,8 +2,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8, UInt32
 
+from .._random import random_bits
 from ._environment import AbstractEnvironment
-from ._random import random_bits
 from ._spaces import Box, Discrete
 from ._types import TimeStep
 

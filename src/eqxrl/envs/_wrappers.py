@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
 
+from .._random import split
 from ._environment import AbstractEnvironment, AbstractWrapper
-from ._random import split
 from ._spaces import Box
 from ._types import TimeStep
 

@@ -1,9 +1,9 @@
-"""`jax.random.bits` and `jax.random.split` for environments, computed inline.
+"""`jax.random.bits`, `split` and `categorical`, computed inline.
 
 On CPU, XLA runs JAX's threefry hash as a rolled loop (a `while` of five iterations,
-each a few separate kernels): for the handful of words an environment step draws per
-environment, that loop's overhead costs more than the rest of a cheap step. These
-functions compute the same hash unrolled in `jax.numpy`, so XLA fuses it with the
+each a few separate kernels): for the handful of words an environment step or an
+action sample draws, that loop's overhead costs more than the rest of a cheap step.
+These functions compute the same hash unrolled in `jax.numpy`, so XLA fuses it with the
 code around it. For threefry keys (JAX's default) with `jax_threefry_partitionable`
 on (the default) the results are bit for bit those of `jax.random`; for any other key
 implementation or setting they call `jax.random` itself.
@@ -14,7 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Key, PRNGKeyArray, UInt32
+from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, UInt32
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
@@ -96,3 +96,29 @@ def split(
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jr.wrap_key_data(new, impl=jr.key_impl(key))
     return new
+
+
+def uniform(
+    key: PRNGKeyArray,
+    shape: tuple[int, ...] = (),
+    minval: float = 0.0,
+    maxval: float = 1.0,
+) -> Float[Array, "..."]:
+    """`jax.random.uniform(key, shape, jnp.float32, minval, maxval)`, fused with its
+    surroundings (the same numbers for threefry keys)."""
+    bits = random_bits(key, shape)
+    # As jax.random: random mantissa bits under the exponent of 1.0, minus 1.
+    float_bits = (bits >> jnp.uint32(32 - 23)) | jnp.uint32(0x3F800000)
+    floats = jax.lax.bitcast_convert_type(float_bits, jnp.float32) - 1.0
+    low, high = jnp.float32(minval), jnp.float32(maxval)
+    return jnp.maximum(low, floats * (high - low) + low)
+
+
+def categorical(
+    key: PRNGKeyArray, logits: Float[Array, " num_classes"]
+) -> Int[Array, ""]:
+    """`jax.random.categorical(key, logits)` for one vector of logits (Gumbel-max),
+    fused with its surroundings (the same sample for threefry keys)."""
+    tiny = float(jnp.finfo(jnp.float32).tiny)
+    gumbel = -jnp.log(-jnp.log(uniform(key, logits.shape, tiny, 1.0)))
+    return jnp.argmax(gumbel + logits)

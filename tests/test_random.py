@@ -4,7 +4,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl.envs._random import random_bits, split
+from eqxrl._random import categorical, random_bits, split, uniform
 
 
 def _data(keys):
@@ -33,3 +33,16 @@ def test_other_key_implementations_use_jax_random():
         random_bits(key, (3,)), jr.bits(key, (3,), jnp.uint32)
     )
     np.testing.assert_array_equal(_data(split(key)), _data(jr.split(key)))
+
+
+@pytest.mark.parametrize("make_key", [jr.key, jr.PRNGKey])
+def test_inline_uniform_and_categorical_match_jax_random(make_key):
+    keys = jr.split(make_key(7), 64)
+    ours = jax.jit(jax.vmap(lambda k: uniform(k, (5,), -2.0, 3.0)))(keys)
+    theirs = jax.vmap(lambda k: jr.uniform(k, (5,), jnp.float32, -2.0, 3.0))(keys)
+    np.testing.assert_array_equal(ours, theirs)
+    logits = jnp.log(jnp.array([0.1, 0.2, 0.3, 0.4], jnp.float32))
+    ours = jax.jit(jax.vmap(lambda k: categorical(k, logits)))(keys)
+    theirs = jax.vmap(lambda k: jr.categorical(k, logits))(keys)
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(np.unique(np.asarray(ours))) == 4  # the draws do vary
