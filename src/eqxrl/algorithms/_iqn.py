@@ -37,12 +37,29 @@ def quantile_huber_loss(
     The loss, a float32 scalar.
     """
     kappa = jnp.asarray(kappa, jnp.float32)
-    magnitude = jnp.abs(td_errors)
-    huber = jnp.where(
-        magnitude <= kappa, 0.5 * td_errors**2, kappa * (magnitude - 0.5 * kappa)
-    )
     weight = jnp.abs(fractions[:, None] - (td_errors < 0).astype(jnp.float32))
-    return jnp.mean(jnp.sum(weight * huber / kappa, axis=0))
+    return jnp.mean(jnp.sum(weight * _huber(td_errors, kappa), axis=0)) / kappa
+
+
+@jax.custom_jvp
+def _huber(error: Float[Array, "..."], kappa: Float[Array, ""]) -> Float[Array, "..."]:
+    """`huber_kappa(u)`: `u**2 / 2` for `|u| <= kappa`, `kappa * (|u| - kappa / 2)`
+    beyond, written as `c**2 / 2 + kappa * (|u| - |c|)` with `c = clip(u, -kappa,
+    kappa)`. Its derivative is given directly (`c` for `u`, `|u| - |c|` for
+    `kappa`): what autodiff derives through the two branches is the same function
+    but several times more operations, which dominate IQN's step on CPU."""
+    clipped = jnp.clip(error, -kappa, kappa)
+    return 0.5 * clipped * clipped + kappa * (jnp.abs(error) - jnp.abs(clipped))
+
+
+@_huber.defjvp
+def _huber_jvp(primals, tangents):
+    error, kappa = primals
+    error_dot, kappa_dot = tangents
+    clipped = jnp.clip(error, -kappa, kappa)
+    excess = jnp.abs(error) - jnp.abs(clipped)
+    value = 0.5 * clipped * clipped + kappa * excess
+    return value, clipped * error_dot + excess * kappa_dot
 
 
 QuantileNetworkFactory = Callable[
