@@ -4,7 +4,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl._random import categorical, random_bits, split, uniform
+from eqxrl._random import categorical, permutation, random_bits, split, uniform
 
 
 def _data(keys):
@@ -46,3 +46,12 @@ def test_inline_uniform_and_categorical_match_jax_random(make_key):
     theirs = jax.vmap(lambda k: jr.categorical(k, logits))(keys)
     np.testing.assert_array_equal(ours, theirs)
     assert len(np.unique(np.asarray(ours))) == 4  # the draws do vary
+
+
+@pytest.mark.parametrize("num", [1, 5, 512, 70_000])
+def test_inline_permutation_matches_jax_random(num):
+    keys = jr.split(jr.key(11), 3)
+    ours = jax.jit(jax.vmap(lambda k: permutation(k, num)))(keys)
+    theirs = jax.vmap(lambda k: jr.permutation(k, num))(keys)
+    np.testing.assert_array_equal(ours, theirs)
+    assert (np.sort(np.asarray(ours), axis=1) == np.arange(num)).all()

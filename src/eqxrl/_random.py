@@ -122,3 +122,15 @@ def categorical(
     tiny = float(jnp.finfo(jnp.float32).tiny)
     gumbel = -jnp.log(-jnp.log(uniform(key, logits.shape, tiny, 1.0)))
     return jnp.argmax(gumbel + logits)
+
+
+def permutation(key: PRNGKeyArray, num: int) -> Int[Array, " {num}"]:
+    """`jax.random.permutation(key, num)`, with its random bits computed inline
+    (the same permutation for threefry keys): sorts by random 32-bit words, in as
+    many rounds as `jax.random` uses."""
+    rounds = math.ceil(3 * math.log(max(1, num)) / math.log(2**32 - 1))
+    indices = jnp.arange(num)
+    for _ in range(rounds):
+        key, subkey = split(key)
+        _, indices = jax.lax.sort_key_val(random_bits(subkey, (num,)), indices)
+    return indices

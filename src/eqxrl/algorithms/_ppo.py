@@ -13,7 +13,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import check_range, float32
 from .._filters import filter_scan
-from .._random import split
+from .._random import permutation as random_permutation, split
 from ..buffers import Transition
 from ..distributions import MaskedCategorical
 from ..envs import (
@@ -392,7 +392,7 @@ class PPO(AbstractAlgorithm[PPOState]):
             return (env_state, timestep), (transition, truncated_value)
 
         (env_state, timestep), (transitions, truncated_values) = filter_scan(
-            step, (state.env_state, state.timestep), jr.split(key, self.num_steps)
+            step, (state.env_state, state.timestep), split(key, self.num_steps)
         )
         if critic_after_rollout:
             observations = self._restore_observation(transitions.observation)
@@ -465,7 +465,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         `value_loss`), `entropy`, `approx_kl`, `clip_fraction` (averaged over all
         minibatch updates) and `learning_rate` (of this iteration's last update).
         """
-        key, collect_key, update_key = jr.split(state.key, 3)
+        key, collect_key, update_key = split(state.key, 3)
         env_state, timestep, transitions, truncated_values = self._collect(
             state, collect_key
         )
@@ -518,14 +518,14 @@ class PPO(AbstractAlgorithm[PPOState]):
             return (model, optimizer_state), statistics
 
         def epoch(carry, epoch_key):
-            permutation = jr.permutation(epoch_key, batch_size)
+            permutation = random_permutation(epoch_key, batch_size)
             indices = permutation.reshape(self.num_minibatches, self.minibatch_size)
             return filter_scan(minibatch_update, carry, indices)
 
         (model, optimizer_state), statistics = filter_scan(
             epoch,
             (state.model, state.optimizer_state),
-            jr.split(update_key, self.num_epochs),
+            split(update_key, self.num_epochs),
         )
         observation_statistics = state.observation_statistics
         if observation_statistics is not None:
