@@ -5,10 +5,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._config import check_range, float32
 from ..buffers import ReplaySample
 from ..envs import AbstractEnvironment
 from ..nn import AbstractQNetwork, MLPQNetwork, greedy_action
-from ._q_learning import AbstractQLearning, QNetworkFactory, _check_range, _float32
+from ._q_learning import AbstractQLearning, QNetworkFactory
 
 
 class DQN(AbstractQLearning):
@@ -87,21 +88,19 @@ class DQN(AbstractQLearning):
     batch_size: int = eqx.field(static=True, default=128)
     n_step: int = eqx.field(static=True, default=3)
     target_update_interval: int = eqx.field(static=True, default=50)
-    tau: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
+    tau: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
     double_q: bool = eqx.field(static=True, default=True)
-    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
     anneal_lr: bool = eqx.field(static=True, default=False)
-    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=_float32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
-    huber_delta: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
+    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=float32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    huber_delta: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
     exploration_initial_eps: Float[Array, ""] = eqx.field(
-        default=1.0, converter=_float32
+        default=1.0, converter=float32
     )
-    exploration_final_eps: Float[Array, ""] = eqx.field(
-        default=0.05, converter=_float32
-    )
-    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=_float32)
+    exploration_final_eps: Float[Array, ""] = eqx.field(default=0.05, converter=float32)
+    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=float32)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     dueling: bool = eqx.field(static=True, default=False)
     network_factory: QNetworkFactory | None = eqx.field(static=True, default=None)
@@ -111,7 +110,7 @@ class DQN(AbstractQLearning):
             raise ValueError(
                 f"DQN: hidden_sizes={self.hidden_sizes} must be positive integers."
             )
-        _check_range("DQN", "huber_delta", self.huber_delta, 1e-12, math.inf)
+        check_range("DQN", "huber_delta", self.huber_delta, 1e-12, math.inf)
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
         """The initial Q-network: `network_factory(env, key)` or an `MLPQNetwork`."""

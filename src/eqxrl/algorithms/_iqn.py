@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._config import check_range, float32
 from ..buffers import ReplaySample
 from ..envs import AbstractEnvironment
 from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
-from ._q_learning import AbstractQLearning, _check_range, _float32
+from ._q_learning import AbstractQLearning
 
 
 def quantile_huber_loss(
@@ -126,24 +127,22 @@ class IQN(AbstractQLearning):
     batch_size: int = eqx.field(static=True, default=64)
     n_step: int = eqx.field(static=True, default=3)
     target_update_interval: int = eqx.field(static=True, default=50)
-    tau: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
+    tau: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
     double_q: bool = eqx.field(static=True, default=True)
-    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=_float32)
+    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
     anneal_lr: bool = eqx.field(static=True, default=False)
-    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=_float32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=_float32)
+    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=float32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
     exploration_initial_eps: Float[Array, ""] = eqx.field(
-        default=1.0, converter=_float32
+        default=1.0, converter=float32
     )
-    exploration_final_eps: Float[Array, ""] = eqx.field(
-        default=0.05, converter=_float32
-    )
-    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=_float32)
+    exploration_final_eps: Float[Array, ""] = eqx.field(default=0.05, converter=float32)
+    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=float32)
     num_quantiles: int = eqx.field(static=True, default=8)
     num_target_quantiles: int = eqx.field(static=True, default=8)
     num_acting_quantiles: int = eqx.field(static=True, default=8)
-    kappa: Float[Array, ""] = eqx.field(default=10.0, converter=_float32)
+    kappa: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     head_sizes: tuple[int, ...] = eqx.field(static=True, default=(64,))
     num_cosines: int = eqx.field(static=True, default=64)
@@ -168,7 +167,7 @@ class IQN(AbstractQLearning):
                 raise ValueError(f"IQN: {field}={sizes} must be positive integers.")
         if not self.hidden_sizes:
             raise ValueError("IQN: hidden_sizes must not be empty.")
-        _check_range("IQN", "kappa", self.kappa, 1e-12, math.inf)
+        check_range("IQN", "kappa", self.kappa, 1e-12, math.inf)
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQuantileNetwork:
         """The initial network: `network_factory(env, key)` or an

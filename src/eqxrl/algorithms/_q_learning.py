@@ -11,6 +11,7 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
+from .._config import check_range
 from .._filters import filter_scan
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
@@ -25,11 +26,6 @@ from ..envs import (
 )
 from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
 from ._base import AbstractAlgorithm
-
-
-def _float32(value: ArrayLike) -> Array:
-    return jnp.asarray(value, dtype=jnp.float32)
-
 
 QNetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork]
 
@@ -156,14 +152,14 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 f"num_envs * max(n_step, 2) = {self.num_envs * max(self.n_step, 2)} "
                 "transitions."
             )
-        _check_range(name, "learning_rate", self.learning_rate, 0.0, math.inf)
-        _check_range(name, "adam_eps", self.adam_eps, 0.0, math.inf)
-        _check_range(name, "max_grad_norm", self.max_grad_norm, 0.0, math.inf)
-        _check_range(name, "gamma", self.gamma, 0.0, 1.0)
-        _check_range(name, "tau", self.tau, 0.0, 1.0)
+        check_range(name, "learning_rate", self.learning_rate, 0.0, math.inf)
+        check_range(name, "adam_eps", self.adam_eps, 0.0, math.inf)
+        check_range(name, "max_grad_norm", self.max_grad_norm, 0.0, math.inf)
+        check_range(name, "gamma", self.gamma, 0.0, 1.0)
+        check_range(name, "tau", self.tau, 0.0, 1.0)
         for field in ("exploration_initial_eps", "exploration_final_eps"):
-            _check_range(name, field, getattr(self, field), 0.0, 1.0)
-        _check_range(name, "exploration_fraction", self.exploration_fraction, 0.0, 1.0)
+            check_range(name, field, getattr(self, field), 0.0, 1.0)
+        check_range(name, "exploration_fraction", self.exploration_fraction, 0.0, 1.0)
         for env in unwrap(self.env):
             if isinstance(env, AutoReset):
                 raise ValueError(
@@ -539,19 +535,3 @@ def _episode_metrics(statistics: dict[str, Array]) -> dict[str, Array]:
         "episode_length": mean_over_ended(statistics["episode_length"]),
         "episode_count": count.astype(jnp.int32),
     }
-
-
-def _check_range(
-    algorithm: str, name: str, value: Array, low: float, high: float
-) -> None:
-    """Raise a ValueError if a concrete hyperparameter is outside [low, high]."""
-    if isinstance(value, jax.core.Tracer):
-        return  # inside vmap/jit the value is unknown; nothing to check eagerly
-    if value.shape != ():
-        raise ValueError(
-            f"{algorithm}: {name} must be a scalar, got shape {value.shape}; to sweep "
-            f"over values, build {algorithm} inside jax.vmap."
-        )
-    number = float(value)
-    if not (low <= number <= high) or math.isnan(number):
-        raise ValueError(f"{algorithm}: {name}={number} must lie in [{low}, {high}].")

@@ -2,14 +2,11 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8, UInt32
 
+from .._config import float32
 from .._random import random_bits
 from ._environment import AbstractEnvironment
 from ._spaces import Box, Discrete
 from ._types import TimeStep
-
-
-def _float32(value: ArrayLike) -> Array:
-    return jnp.asarray(value, dtype=jnp.float32)
 
 
 def _indicator(condition: Bool[Array, ""]) -> Int[Array, ""]:
@@ -132,9 +129,9 @@ class Snake(AbstractEnvironment[SnakeState]):
 
     height: int = eqx.field(static=True, default=10)
     width: int = eqx.field(static=True, default=10)
-    food_reward: Float[Array, ""] = eqx.field(default=1.0, converter=_float32)
-    step_reward: Float[Array, ""] = eqx.field(default=0.0, converter=_float32)
-    death_reward: Float[Array, ""] = eqx.field(default=-1.0, converter=_float32)
+    food_reward: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
+    step_reward: Float[Array, ""] = eqx.field(default=0.0, converter=float32)
+    death_reward: Float[Array, ""] = eqx.field(default=-1.0, converter=float32)
     max_steps: int | None = eqx.field(static=True, default=None)
     max_steps_without_food: int | None = eqx.field(static=True, default=None)
 
