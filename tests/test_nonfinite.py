@@ -35,7 +35,7 @@ def small_ppo(broken):
 
 
 def test_train_raises_when_the_loss_becomes_nan():
-    with pytest.raises(eqx.EquinoxRuntimeError, match="PPO: a loss became NaN"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match="PPO: training diverged"):
         small_ppo(broken=True).train(jr.key(0))
 
 
@@ -73,9 +73,29 @@ def test_trainer_stops_after_the_diverged_chunk_without_checkpointing_it(tmp_pat
         verbose=False,
     )
     with pytest.raises(
-        FloatingPointError, match="loss became NaN or infinite at iteration 1"
+        FloatingPointError, match="diverged .* at iteration 1"
     ):
         trainer.fit(seed=0)
     checkpoints = tmp_path / "checkpoints"
     assert not checkpoints.exists() or not any(checkpoints.iterdir())
     assert (tmp_path / "metrics.csv").read_text().count("nan") > 0  # rows logged
+
+
+def test_dqn_nan_losses_before_learning_starts_are_not_divergence():
+    env = eqxrl.envs.make("CartPole-v1")
+    config = dict(
+        num_envs=4,
+        train_frequency=2,
+        gradient_steps=2,
+        batch_size=16,
+        buffer_size=256,
+        learning_starts=32,
+        total_timesteps=80,
+        hidden_sizes=(16,),
+    )
+    state, metrics = eqxrl.DQN(env=env, **config).train(jr.key(0))
+    losses = np.asarray(metrics["loss"])
+    assert np.isnan(losses[0]) and np.isfinite(losses[-1])  # NaN = no update yet
+    broken = NaNRewards(env, jnp.asarray(True))
+    with pytest.raises(eqx.EquinoxRuntimeError, match="DQN: training diverged"):
+        eqxrl.DQN(env=broken, **config).train(jr.key(0))

@@ -4,7 +4,7 @@ from typing import Generic, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import Array, Bool, PRNGKeyArray
 
 from .._filters import filter_scan
 from ..nn import AbstractPolicy
@@ -56,9 +56,9 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
 
         - `state`: the training state to continue from.
         - `num_iterations`: how many iterations to run.
-        - `throw`: stop with an error as soon as a loss metric (every metric whose
-          name ends in `loss`) is NaN or infinite, instead of training on from
-          parameters that are no longer numbers (see `train`).
+        - `throw`: stop with an error at the first iteration after which `diverged`
+          is true (e.g. a NaN loss), instead of training on from parameters that are
+          no longer numbers (see `train`).
 
         **Returns:**
 
@@ -69,10 +69,25 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         def body(carry, _):
             carry, metrics = self.train_iteration(carry)
             if throw:
-                carry = _error_if_nonfinite_loss(name, carry, metrics)
+                carry = _error_if_diverged(name, carry, self.diverged(carry, metrics))
             return carry, metrics
 
         return filter_scan(body, state, length=num_iterations)
+
+    def diverged(self, state: StateT, metrics: dict[str, Array]) -> Bool[Array, ""]:
+        """Whether training has diverged, from one iteration's new state and metrics.
+
+        The default: some metric whose name ends in `loss` is NaN or infinite.
+        Algorithms whose loss metrics can be NaN by design (e.g. DQN before its first
+        update) override it.
+        """
+        del state
+        flags = [
+            jnp.logical_not(jnp.all(jnp.isfinite(value)))
+            for key, value in metrics.items()
+            if key.endswith("loss")
+        ]
+        return jnp.any(jnp.stack(flags)) if flags else jnp.bool_(False)
 
     def train(
         self, key: PRNGKeyArray, *, throw: bool = True
@@ -105,27 +120,20 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         return state, metrics
 
 
-def _error_if_nonfinite_loss(
-    name: str, state: StateT, metrics: dict[str, Array]
-) -> StateT:
-    """`state`, through `eqx.error_if` on every loss metric being finite."""
-    losses = [value for key, value in metrics.items() if key.endswith("loss")]
-    if not losses:
-        return state
-    nonfinite = jnp.logical_not(
-        jnp.all(jnp.stack([jnp.all(jnp.isfinite(loss)) for loss in losses]))
-    )
+def _error_if_diverged(name: str, state: StateT, diverged: Bool[Array, ""]) -> StateT:
+    """`state`, through `eqx.error_if(diverged)`."""
     dynamic, static = eqx.partition(state, eqx.is_array)
     leaves, treedef = jax.tree.flatten(dynamic)
     if not leaves:
         return state
     leaves[0] = eqx.error_if(
         leaves[0],
-        nonfinite,
-        f"{name}: a loss became NaN or infinite during training. Usual causes: a "
-        "learning rate far too large, non-finite rewards or observations from the "
-        "environment, or unbounded rewards (try normalize_rewards). Pass "
-        "throw=False to train on and find the divergent runs in the metrics.",
+        diverged,
+        f"{name}: training diverged (a loss or the parameters became NaN or "
+        "infinite). Usual causes: a learning rate far too large, non-finite rewards "
+        "or observations from the environment, or unbounded rewards (try "
+        "normalize_rewards). Pass throw=False to train on and find the divergent "
+        "runs in the metrics.",
     )
     return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
 

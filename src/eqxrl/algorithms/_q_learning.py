@@ -286,6 +286,16 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             num_updates=jnp.int32(0),
         )
 
+    def diverged(
+        self, state: QLearningState, metrics: dict[str, Array]
+    ) -> Bool[Array, ""]:
+        """Whether the online network's parameters are no longer all finite (the
+        loss metric is NaN by design on iterations without an update)."""
+        del metrics
+        leaves = jax.tree.leaves(eqx.filter(state.network, eqx.is_inexact_array))
+        finite = jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])
+        return jnp.logical_not(jnp.all(finite))
+
     def policy(
         self, state: QLearningState, deterministic: bool = False
     ) -> EpsilonGreedyPolicy:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array, Int, PyTree
+from jaxtyping import Array, Bool, Int, PyTree
 
 from ..algorithms import AbstractAlgorithm, check_entropy_collapse
 from ._checkpoint import (
@@ -69,14 +69,17 @@ def _run_chunk(
     num_iterations: Int[Array, ""],
     chunk_size: int,
     batched: bool,
-) -> tuple[PyTree, dict[str, Array]]:
+) -> tuple[PyTree, dict[str, Array], Bool[Array, " chunk_size"]]:
     """Up to `chunk_size` iterations as one compiled program: `num_iterations` (a
     traced number, so every chunk reuses one compilation) run, the rest of the
     `lax.scan` skips them through a `lax.cond`. Metrics of skipped iterations are
-    zeros, to be dropped on the host."""
+    zeros, to be dropped on the host. Also returns, per iteration, whether the
+    algorithm's `diverged` holds (for any seed)."""
     iterate = algorithm.train_iteration
+    diverged = algorithm.diverged
     if batched:
         iterate = eqx.filter_vmap(iterate)
+        diverged = eqx.filter_vmap(diverged)
     dynamic, static = eqx.partition(state, eqx.is_array)
 
     def run(dynamic):
@@ -87,7 +90,7 @@ def _run_chunk(
                 "train_iteration changed the structure of the non-array part of the "
                 "training state; the Trainer needs the same structure every iteration."
             )
-        return new_dynamic, metrics
+        return new_dynamic, (metrics, jnp.any(diverged(new_state, metrics)))
 
     metric_shapes = jax.eval_shape(run, dynamic)[1]
 
@@ -98,8 +101,10 @@ def _run_chunk(
     def body(dynamic, index):
         return lax.cond(index < num_iterations, run, skip, dynamic)
 
-    dynamic, metrics = lax.scan(body, dynamic, jnp.arange(chunk_size, dtype=jnp.int32))
-    return eqx.combine(dynamic, static), metrics
+    dynamic, (metrics, diverged_flags) = lax.scan(
+        body, dynamic, jnp.arange(chunk_size, dtype=jnp.int32)
+    )
+    return eqx.combine(dynamic, static), metrics, diverged_flags
 
 
 @eqx.filter_jit
@@ -230,10 +235,11 @@ class Trainer(eqx.Module):
       environment, recorded in checkpoints; found automatically for registered
       environments made without arguments.
     - `verbose`: print the device, the compile time and where files go.
-    - `throw`: stop `fit` with a `FloatingPointError` after the chunk in which a
-      loss metric became NaN or infinite (its rows are logged first; no checkpoint
-      of the diverged state is written, so the latest checkpoint is from before the
-      divergence). `False`: train on.
+    - `throw`: stop `fit` with a `FloatingPointError` after a chunk in which the
+      algorithm's [`diverged`][eqxrl.AbstractAlgorithm.diverged] became true, e.g. a
+      NaN loss (its rows are logged first; no checkpoint of the diverged state is
+      written, so the latest checkpoint is from before the divergence). `False`:
+      train on.
 
     !!! example
 
@@ -506,7 +512,7 @@ class Trainer(eqx.Module):
                     )
                 count = min(boundaries) - iteration
                 chunk_start = time.perf_counter() - loop_start
-                state, metrics = compiled(
+                state, metrics, diverged = compiled(
                     algorithm,
                     state,
                     jnp.int32(count),
@@ -533,8 +539,10 @@ class Trainer(eqx.Module):
                     logger.flush()
                 progress.update(count * spi, _latest_return(metrics))
                 if self.throw:
-                    _raise_on_nonfinite_loss(
-                        metrics, first, None if out is None else checkpoints_dir
+                    _raise_if_diverged(
+                        np.asarray(diverged)[:count],
+                        first,
+                        None if out is None else checkpoints_dir,
                     )
 
                 if out is not None and (
@@ -733,31 +741,26 @@ class Trainer(eqx.Module):
             pass
 
 
-def _raise_on_nonfinite_loss(
-    metrics: Mapping[str, np.ndarray], first: int, checkpoints: Path | None
+def _raise_if_diverged(
+    diverged: np.ndarray, first: int, checkpoints: Path | None
 ) -> None:
-    """Raise FloatingPointError at the first iteration of a chunk whose loss metric
-    (any metric named `*loss`) is NaN or infinite."""
-    for name, values in metrics.items():
-        if not name.endswith("loss"):
-            continue
-        finite = np.isfinite(values).reshape(len(values), -1).all(axis=1)
-        if finite.all():
-            continue
-        iteration = first + int(np.argmin(finite)) + 1
-        where = (
-            ""
-            if checkpoints is None
-            else f" The latest checkpoint in {checkpoints} is from before it;"
-            " resume from it with a lower learning rate."
-        )
-        raise FloatingPointError(
-            f"Trainer: {name} became NaN or infinite at iteration {iteration}. Usual "
-            "causes: a learning rate far too large, non-finite rewards or "
-            "observations, unbounded rewards (try normalize_rewards)."
-            + where
-            + " Trainer(throw=False) trains on regardless."
-        )
+    """Raise FloatingPointError naming the first iteration of a chunk after which
+    the algorithm's `diverged` held."""
+    if not diverged.any():
+        return
+    iteration = first + int(np.argmax(diverged)) + 1
+    where = (
+        ""
+        if checkpoints is None
+        else f" The latest checkpoint in {checkpoints} is from before it;"
+        " resume from it with a lower learning rate."
+    )
+    raise FloatingPointError(
+        f"Trainer: training diverged (a loss or the parameters became NaN or "
+        f"infinite) at iteration {iteration}. Usual causes: a learning rate far too "
+        "large, non-finite rewards or observations, unbounded rewards (try "
+        "normalize_rewards)." + where + " Trainer(throw=False) trains on regardless."
+    )
 
 
 def _python_numbers(values: np.ndarray) -> list:
