@@ -103,10 +103,11 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         - `key`: a PRNG key; all randomness of the run comes from it, so the same key
           gives the same result on the same machine.
         - `throw`: raise an error (through `eqx.error_if`, at the iteration where it
-          happens) when a loss becomes NaN or infinite, e.g. from a learning rate far
-          too large. Under `vmap` one diverging member stops the whole batch: pass
-          `throw=False` for sweeps, then divergent members show non-finite losses in
-          their metrics while the others train normally.
+          happens) when training diverges (`diverged`: e.g. a loss becomes NaN or
+          infinite, from a learning rate far too large). Under `vmap` one diverging
+          member stops the whole batch: pass `throw=False` for sweeps, then divergent
+          members show non-finite values in their metrics while the others train
+          normally.
 
         **Returns:**
 
