@@ -2,10 +2,10 @@ import math
 
 import equinox as eqx
 import jax.numpy as jnp
+import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._config import float32
-from .._random import uniform
 from ._environment import AbstractEnvironment
 from ._spaces import Box, Discrete
 from ._types import TimeStep
@@ -63,9 +63,7 @@ class CartPole(AbstractEnvironment[CartPoleState]):
         return Discrete(2)
 
     def reset(self, key: PRNGKeyArray) -> tuple[CartPoleState, TimeStep]:
-        # jax.random.uniform's numbers, computed so that XLA fuses them (a reset runs
-        # at every step under vmap over seeds, where lazy resets become selects).
-        x, x_dot, theta, theta_dot = uniform(key, (4,), -0.05, 0.05)
+        x, x_dot, theta, theta_dot = jr.uniform(key, (4,), minval=-0.05, maxval=0.05)
         state = CartPoleState(x, x_dot, theta, theta_dot)
         return state, self._timestep(state, jnp.float32(0.0), jnp.bool_(False))
 
