@@ -72,9 +72,7 @@ def test_trainer_stops_after_the_diverged_chunk_without_checkpointing_it(tmp_pat
         progress=False,
         verbose=False,
     )
-    with pytest.raises(
-        FloatingPointError, match="diverged .* at iteration 1"
-    ):
+    with pytest.raises(FloatingPointError, match="diverged .* at iteration 1"):
         trainer.fit(seed=0)
     checkpoints = tmp_path / "checkpoints"
     assert not checkpoints.exists() or not any(checkpoints.iterdir())
