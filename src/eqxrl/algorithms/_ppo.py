@@ -1,6 +1,5 @@
 import math
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -35,6 +34,7 @@ from ..nn import (
     RunningMeanStd,
 )
 from ._base import AbstractAlgorithm
+from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
 
@@ -585,19 +585,11 @@ def episode_metrics(transitions: Transition) -> dict[str, Array]:
 
     Means are NaN when no episode ended.
     """
-    done = transitions.terminated | transitions.truncated
-    count = done.sum()
-    denominator = jnp.maximum(count, 1).astype(jnp.float32)
-
-    def mean_over_ended(values: Any) -> Array:
-        total = jnp.where(done, values.astype(jnp.float32), 0.0).sum()
-        return jnp.where(count > 0, total / denominator, jnp.nan)
-
-    return {
-        "episode_return": mean_over_ended(transitions.extras["episode_return"]),
-        "episode_length": mean_over_ended(transitions.extras["episode_length"]),
-        "episode_count": count.astype(jnp.int32),
-    }
+    return ended_episode_metrics(
+        transitions.terminated | transitions.truncated,
+        transitions.extras["episode_return"],
+        transitions.extras["episode_length"],
+    )
 
 
 def _transition(

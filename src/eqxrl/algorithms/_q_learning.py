@@ -26,6 +26,7 @@ from ..envs import (
 )
 from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
 from ._base import AbstractAlgorithm
+from ._metrics import ended_episode_metrics
 
 QNetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork]
 
@@ -495,7 +496,11 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         network, target_network, optimizer_state = eqx.combine(updated, static)
         num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
 
-        metrics = _episode_metrics(statistics)
+        metrics = ended_episode_metrics(
+            statistics["done"],
+            statistics["episode_return"],
+            statistics["episode_length"],
+        )
         metrics.update(loss_statistics)
         metrics["epsilon"] = self.epsilon(collected - self.num_envs)
         metrics["learning_rate"] = jnp.asarray(
@@ -527,21 +532,3 @@ def _scan(body, init, xs):
         return filter_scan(body, init, xs)
     carry, output = body(init, jtu.tree_map(lambda x: x[0], xs))
     return carry, jtu.tree_map(lambda x: x[None], output)
-
-
-def _episode_metrics(statistics: dict[str, Array]) -> dict[str, Array]:
-    """Mean return and length of the episodes that ended, and their count (the same
-    contract as PPO's `episode_metrics`; means are NaN when no episode ended)."""
-    done: Bool[Array, ...] = statistics["done"]
-    count = done.sum()
-    denominator = jnp.maximum(count, 1).astype(jnp.float32)
-
-    def mean_over_ended(values: Array) -> Array:
-        total = jnp.where(done, values.astype(jnp.float32), 0.0).sum()
-        return jnp.where(count > 0, total / denominator, jnp.nan)
-
-    return {
-        "episode_return": mean_over_ended(statistics["episode_return"]),
-        "episode_length": mean_over_ended(statistics["episode_length"]),
-        "episode_count": count.astype(jnp.int32),
-    }

@@ -1,0 +1,23 @@
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+
+def ended_episode_metrics(
+    done: Bool[Array, "*batch"],
+    episode_return: Float[Array, "*batch"],
+    episode_length: Int[Array, "*batch"],
+) -> dict[str, Array]:
+    """Mean return and length of the episodes that ended (where `done`), and their
+    count. Means are NaN when no episode ended."""
+    count = done.sum()
+    denominator = jnp.maximum(count, 1).astype(jnp.float32)
+
+    def mean_over_ended(values: Array) -> Array:
+        total = jnp.where(done, values.astype(jnp.float32), 0.0).sum()
+        return jnp.where(count > 0, total / denominator, jnp.nan)
+
+    return {
+        "episode_return": mean_over_ended(episode_return),
+        "episode_length": mean_over_ended(episode_length),
+        "episode_count": count.astype(jnp.int32),
+    }
