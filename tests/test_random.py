@@ -4,7 +4,13 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl._random import categorical, permutation, random_bits, split, uniform
+from eqxrl._random import (
+    categorical,
+    permutation,
+    random_bits,
+    split,
+    uniform,
+)
 
 
 def _data(keys):
@@ -55,3 +61,13 @@ def test_inline_permutation_matches_jax_random(num):
     theirs = jax.vmap(lambda k: jr.permutation(k, num))(keys)
     np.testing.assert_array_equal(ours, theirs)
     assert (np.sort(np.asarray(ours), axis=1) == np.arange(num)).all()
+
+
+@pytest.mark.parametrize("make_key", [jr.key, jr.PRNGKey])
+def test_inline_split_to_a_shape_matches_jax_random(make_key):
+    key = make_key(13)
+    for shape in [(3,), (2, 3), (4, 1, 2)]:
+        ours = jax.jit(lambda k, shape=shape: split(k, shape))(key)
+        theirs = jr.split(key, shape)
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+        np.testing.assert_array_equal(_data(ours), _data(theirs))

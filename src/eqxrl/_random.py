@@ -1,4 +1,5 @@
-"""`jax.random.bits`, `split` and `categorical`, computed inline.
+"""`jax.random.bits`, `split`, `uniform`, `categorical` and `permutation`, computed
+inline.
 
 On CPU, XLA runs JAX's threefry hash as a rolled loop (a `while` of five iterations,
 each a few separate kernels): for the handful of words an environment step or an
@@ -75,24 +76,26 @@ def random_bits(key: PRNGKeyArray, shape: tuple[int, ...] = ()) -> UInt32[Array,
 
 
 def split(
-    key: PRNGKeyArray, num: int = 2
-) -> Key[Array, " {num}"] | UInt32[Array, "{num} 2"]:
+    key: PRNGKeyArray, num: int | tuple[int, ...] = 2
+) -> Key[Array, "..."] | UInt32[Array, "... 2"]:
     """`jax.random.split(key, num)`, fused with its surroundings.
 
     **Arguments:**
 
     - `key`: one PRNG key (typed, or a legacy `uint32[2]` key).
-    - `num`: how many keys.
+    - `num`: how many keys, or the shape of the array of keys.
 
     **Returns:**
 
-    `num` keys, of the same kind as `key`.
+    Keys of shape `num`, of the same kind as `key`.
     """
     data = _threefry_key_data(key)
     if data is None:
         return jr.split(key, num)
-    x0, x1 = _threefry2x32(data, jnp.arange(num, dtype=jnp.uint32))
-    new = jnp.stack([x0, x1], axis=-1)
+    shape = (num,) if isinstance(num, int) else tuple(num)
+    counts = jnp.arange(math.prod(shape), dtype=jnp.uint32)
+    x0, x1 = _threefry2x32(data, counts)
+    new = jnp.stack([x0, x1], axis=-1).reshape(*shape, 2)
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jr.wrap_key_data(new, impl=jr.key_impl(key))
     return new

@@ -4,10 +4,10 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._config import check_range, float32
+from .._random import uniform as random_uniform
 from ..buffers import ReplaySample
 from ..envs import AbstractEnvironment
 from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
@@ -211,7 +211,7 @@ class IQN(AbstractQLearning):
             self.num_quantiles + self.num_target_quantiles + self.num_acting_quantiles
         )
         # All fractions in one PRNG call.
-        uniform = jr.uniform(key, (batch_size, num_fractions), jnp.float32)
+        uniform = random_uniform(key, (batch_size, num_fractions))
         fractions, target_fractions, acting_fractions = jnp.split(
             uniform,
             [self.num_quantiles, self.num_quantiles + self.num_target_quantiles],

@@ -13,6 +13,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import check_range
 from .._filters import filter_scan
+from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
     AbstractEnvironment,
@@ -331,9 +332,10 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         """`train_frequency` steps of every environment, each added to the buffer.
 
         The randomness of all the steps is drawn up front, in three PRNG calls
-        rather than several per step. Environments are stepped with
-        [`step_with_auto_reset`][eqxrl.envs.step_with_auto_reset] (resets computed
-        only on steps where an episode ended).
+        rather than several per step, with the hash computed inline
+        (`eqxrl._random`) instead of XLA's rolled threefry loop. Environments are
+        stepped with [`step_with_auto_reset`][eqxrl.envs.step_with_auto_reset]
+        (resets computed only on steps where an episode ended).
         """
         act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
         transition = jax.vmap(self._transition)
@@ -367,9 +369,9 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             (state.env_state, state.timestep, state.buffer),
             (
                 jnp.arange(self.train_frequency, dtype=jnp.int32),
-                jr.split(value_key, shape),
-                jr.uniform(uniform_key, shape, jnp.float32),
-                jr.split(step_key, (*shape, 2)),
+                random_split(value_key, shape),
+                random_uniform(uniform_key, shape),
+                random_split(step_key, (*shape, 2)),
             ),
         )
         return env_state, timestep, buffer, statistics
@@ -429,7 +431,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                         sample_key, (self.gradient_steps, self.batch_size)
                     )
                 ),
-                jr.split(loss_key, self.gradient_steps),
+                random_split(loss_key, self.gradient_steps),
                 num_updates + jnp.arange(self.gradient_steps, dtype=jnp.int32),
             ),
         )
@@ -452,7 +454,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         masks `invalid_action_count` (always 0: masked actions are never taken).
         """
         # The iteration's keys in one PRNG call.
-        key, value_key, uniform_key, step_key, sample_key, loss_key = jr.split(
+        key, value_key, uniform_key, step_key, sample_key, loss_key = random_split(
             state.key, 6
         )
         env_state, timestep, buffer, statistics = self._collect(

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
+from .._random import uniform as random_uniform
 from ._policy import AbstractPolicy
 
 
@@ -243,7 +244,7 @@ class ImplicitQuantileNetwork(AbstractQuantileNetwork):
     def q_values(
         self, observation: PyTree[Array], key: PRNGKeyArray
     ) -> Float[Array, " num_actions"]:
-        fractions = jr.uniform(key, (self.num_acting_quantiles,), jnp.float32)
+        fractions = random_uniform(key, (self.num_acting_quantiles,))
         return jnp.mean(self.quantile_values(observation, fractions), axis=0)
 
 
