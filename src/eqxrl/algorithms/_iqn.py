@@ -88,7 +88,9 @@ class IQN(AbstractQLearning):
     seeds vmapped in one program: about 75 s with compilation on a 2-core CPU,
     up to 2 minutes when it is busy). They take
     one update of 64 transitions per 32 environment steps with N = N' = K = 8
-    fractions, 3-step returns, a target copy every 50 updates and `kappa = 10`.
+    fractions, 3-step returns, a target copy every 50 updates, `kappa = 10` and a
+    replay buffer of 50,000 transitions (with 10,000, late-training collapses
+    left 1 to 3 of 4 seeds above 400 on some seed sets).
 
     **Arguments:**
 
@@ -120,7 +122,7 @@ class IQN(AbstractQLearning):
     env: AbstractEnvironment
     num_envs: int = eqx.field(static=True, default=32)
     total_timesteps: int = eqx.field(static=True, default=500_000)
-    buffer_size: int = eqx.field(static=True, default=10_000)
+    buffer_size: int = eqx.field(static=True, default=50_000)
     learning_starts: int = eqx.field(static=True, default=10_000)
     train_frequency: int = eqx.field(static=True, default=1)
     gradient_steps: int = eqx.field(static=True, default=1)

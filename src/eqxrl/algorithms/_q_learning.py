@@ -291,12 +291,14 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     def diverged(
         self, state: QLearningState, metrics: dict[str, Array]
     ) -> Bool[Array, ""]:
-        """Whether the online network's parameters are no longer all finite (the
-        loss metric is NaN by design on iterations without an update)."""
-        del metrics
-        leaves = jax.tree.leaves(eqx.filter(state.network, eqx.is_inexact_array))
-        finite = jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])
-        return jnp.logical_not(jnp.all(finite))
+        """Whether the loss is NaN or infinite on an iteration with updates (it is NaN
+        by design on iterations without, before `learning_starts`).
+
+        The loss is computed from the network before each update, so non-finite
+        parameters show in the loss of the next update: one scalar test per
+        iteration instead of a reduction over every parameter array.
+        """
+        return (state.num_updates > 0) & ~jnp.isfinite(metrics["loss"])
 
     def policy(
         self, state: QLearningState, deterministic: bool = False
@@ -402,7 +404,10 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         def gradient_step(carry, inputs):
             network, target_network, optimizer_state = carry
             batch, loss_key, update_index = inputs
-            (_, statistics), grads = grad_fn(network, target_network, batch, loss_key)
+            (loss, statistics), grads = grad_fn(
+                network, target_network, batch, loss_key
+            )
+            statistics = {**statistics, "loss": loss}  # what `diverged` checks
             params = eqx.filter(network, eqx.is_array)
             updates, optimizer_state = optimizer.update(grads, optimizer_state, params)
             network = eqx.apply_updates(network, updates)
@@ -487,8 +492,8 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                     sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
                 )
                 network, target_network = state.network, state.target_network
-                _, statistics = self.loss(network, target_network, batch, loss_key)
-                return statistics
+                loss, statistics = self.loss(network, target_network, batch, loss_key)
+                return {**statistics, "loss": loss}
 
             shapes = jax.eval_shape(loss_statistics)
             nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
