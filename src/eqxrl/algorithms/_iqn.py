@@ -85,7 +85,7 @@ class IQN(AbstractQLearning):
     [`DQN`][eqxrl.DQN].
 
     The defaults learn CartPole-v1: a mean return above 400 within 500k steps (4
-    seeds vmapped in one program: about 75 s with compilation on a 2-core CPU,
+    seeds vmapped in one program: about 60 s with compilation on a 2-core CPU,
     up to 2 minutes when it is busy). They take
     one update of 64 transitions per 32 environment steps with N = N' = K = 8
     fractions, 3-step returns, a target copy every 50 updates, `kappa = 10` and a
