@@ -27,7 +27,7 @@ class DQN(AbstractQLearning):
     masks, random, greedy and target actions are all restricted to the valid ones.
 
     The defaults learn CartPole-v1: a mean return above 400 within 500k steps (4
-    seeds vmapped in one program: about 25 s with compilation on a 2-core CPU).
+    seeds vmapped in one program: about 20 s with compilation on a 2-core CPU).
     They take one update of 128 transitions per 16 environment steps from a 20k
     buffer, 3-step returns, a target copy every 50 updates and a Huber threshold of
     10 (with 1, Q-values diverged on CartPole,

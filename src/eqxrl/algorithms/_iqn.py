@@ -219,6 +219,12 @@ class IQN(AbstractQLearning):
             [self.num_quantiles, self.num_quantiles + self.num_target_quantiles],
             axis=1,
         )
+        # Sorted: the loss is a sum over the fractions, each paired with its own
+        # quantile, so their order does not change it. The sort makes XLA compute
+        # the fractions once; otherwise it fuses their (inline) hash into every
+        # 64x64 consumer of the loss and its gradient, recomputing it per element
+        # (IQN on rejax's settings: 1.15x faster sorted).
+        fractions = jnp.sort(fractions, axis=1)
 
         # The bootstrap action: greedy on the mean of K sampled quantiles (of the
         # online network with double_q, else of the target network).
