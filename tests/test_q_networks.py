@@ -68,6 +68,52 @@ def test_implicit_quantile_network_embeds_fractions_with_cosines():
     np.testing.assert_allclose(q, expected_q, rtol=1e-5)
 
 
+def test_q_networks_match_equinox_linear_layers_row_by_row():
+    # The networks compute their layers as `x @ W.T + b` (a faster layout under
+    # vmap); the reference applies each `eqx.nn.Linear` to one vector at a time.
+    observations = jr.normal(jr.key(2), (5, 4))
+    fractions = jr.uniform(jr.key(3), (5, 3))
+
+    def linear_rows(layer, x):
+        return jnp.stack([layer(row) for row in x])
+
+    def head_reference(head, features):
+        outputs = linear_rows(head.linear, features)
+        if not head.dueling:
+            return outputs
+        value, advantage = outputs[:, :1], outputs[:, 1:]
+        return value + advantage - advantage.mean(axis=1, keepdims=True)
+
+    for dueling in (False, True):
+        mlp = MLPQNetwork(4, 3, hidden_sizes=(8, 8), dueling=dueling, key=jr.key(0))
+        x = observations
+        for layer in mlp.layers:
+            x = jax.nn.relu(linear_rows(layer, x))
+        np.testing.assert_allclose(
+            jax.vmap(mlp)(observations), head_reference(mlp.head, x), atol=1e-5
+        )
+
+        iqn = ImplicitQuantileNetwork(
+            4,
+            3,
+            hidden_sizes=(8,),
+            head_sizes=(8,),
+            num_cosines=5,
+            dueling=dueling,
+            key=jr.key(1),
+        )
+        quantiles = jax.vmap(iqn.quantile_values)(observations, fractions)
+        for b in range(5):
+            psi = jax.nn.relu(iqn.torso[0](observations[b]))
+            frequencies = jnp.arange(1, 6, dtype=jnp.float32)
+            cosines = jnp.cos(jnp.pi * fractions[b][:, None] * frequencies[None, :])
+            phi = jax.nn.relu(linear_rows(iqn.embedding, cosines))
+            h = jax.nn.relu(linear_rows(iqn.hidden[0], psi[None, :] * phi))
+            np.testing.assert_allclose(
+                quantiles[b], head_reference(iqn.head, h), atol=1e-5
+            )
+
+
 def test_greedy_action_only_among_valid_actions():
     q = jnp.array([5.0, 1.0, 3.0, 4.0])
     assert int(greedy_action(q)) == 0

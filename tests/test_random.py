@@ -4,13 +4,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl._random import (
-    categorical,
-    permutation,
-    random_bits,
-    split,
-    uniform,
-)
+from eqxrl._random import categorical, permutation, random_bits, split, uniform
 
 
 def _data(keys):
