@@ -86,13 +86,16 @@ def compile_eqxrl_ppo(
     """
     ppo = make_ppo(config_name)
     num_seeds = NUM_SEEDS[config_name]
+    # With the XLA options `ppo.train` compiles with (`PPO.compiler_options`); the
+    # `ppo.train` inside is then part of this program.
+    options = ppo.compiler_options
     if num_seeds == 1:
-        train = eqx.filter_jit(_train)
+        train = eqx.filter_jit(_train, compiler_options=options)
 
         def make_key(seed):
             return jr.key(seed)
     else:
-        train = eqx.filter_jit(_train_seeds)
+        train = eqx.filter_jit(_train_seeds, compiler_options=options)
 
         def make_key(seed):
             return jr.split(jr.key(seed), num_seeds)

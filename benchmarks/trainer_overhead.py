@@ -59,7 +59,8 @@ def main() -> None:
     one_program = eqx.filter_jit(
         lambda algorithm, key: algorithm.train_iterations(
             algorithm.init(key), algorithm.num_iterations
-        )
+        ),
+        compiler_options=ppo.compiler_options,  # as `train` and the Trainer use
     )
     start = time.perf_counter()
     compiled_train = one_program.lower(ppo, jr.key(0)).compile()

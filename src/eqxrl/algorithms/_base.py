@@ -1,5 +1,7 @@
 import abc
-from typing import Generic, TypeVar
+import functools
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -46,6 +48,18 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         - `state`: a training state (e.g. the first output of `train`).
         - `deterministic`: act greedily instead of sampling.
         """
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """XLA options that `train` (and the [`Trainer`][eqxrl.training.Trainer])
+        compile the run with: `{}` here, algorithms tune it per backend.
+
+        They apply when `train` is called outside of JAX transformations or under
+        `vmap` only: JAX accepts compiler options on top-level programs alone, so
+        inside a user's `jit`, `grad` or `scan` the run is compiled as part of the
+        enclosing program, with that program's options.
+        """
+        return {}
 
     def train_iterations(
         self, state: StateT, num_iterations: int, *, throw: bool = True
@@ -114,11 +128,22 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         `(state, metrics)`: the final training state and a dict of per-iteration
         metrics, each of shape `[num_iterations]`.
         """
-        state, metrics = _train(self, key, throw)
+        state, metrics = jit_with_options(_train, self.compiler_options)(
+            self, key, throw
+        )
         traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(metrics))
         if not traced:
             check_entropy_collapse(metrics)
         return state, metrics
+
+    def lower(self, key: PRNGKeyArray, *, throw: bool = True) -> Any:
+        """`train` traced and lowered ahead of time, with `compiler_options`: JAX's
+        `Lowered`, whose `.compile()` gives the compiled run, called as
+        `compiled(algorithm, key, throw)`. For timing compilation apart from running
+        (benchmarks), or checking the compiled program (`.as_text()`).
+        """
+        train = jit_with_options(_train, self.compiler_options)
+        return train.lower(self, key, throw)  # type: ignore[attr-defined]
 
 
 def _error_if_diverged(name: str, state: StateT, diverged: Bool[Array, ""]) -> StateT:
@@ -139,8 +164,52 @@ def _error_if_diverged(name: str, state: StateT, diverged: Bool[Array, ""]) -> S
     return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
 
 
-@eqx.filter_jit
 def _train(algorithm: AbstractAlgorithm, key: PRNGKeyArray, throw: bool):
     return algorithm.train_iterations(
         algorithm.init(key), algorithm.num_iterations, throw=throw
     )
+
+
+def jit_with_options(
+    function: Callable, compiler_options: dict[str, Any], **jit_kwargs: Any
+) -> Callable:
+    """`eqx.filter_jit(function, **jit_kwargs)`, compiled with `compiler_options` when
+    called where JAX accepts them (outside of transformations, or under `vmap` only);
+    one jitted function (so one compilation cache) per distinct set of options."""
+    options = tuple(sorted(compiler_options.items()))
+    plain = _cached_jit(function, (), tuple(sorted(jit_kwargs.items())))
+    if not options:
+        return plain
+    tuned = _cached_jit(function, options, tuple(sorted(jit_kwargs.items())))
+
+    def call(*args, **kwargs):
+        return (tuned if _at_top_level() else plain)(*args, **kwargs)
+
+    call.lower = lambda *args, **kwargs: (  # type: ignore[attr-defined]
+        tuned if _at_top_level() else plain
+    ).lower(*args, **kwargs)
+    return call
+
+
+@functools.cache
+def _cached_jit(function: Callable, options: tuple, jit_kwargs: tuple) -> Callable:
+    if options:
+        return eqx.filter_jit(
+            function, compiler_options=dict(options), **dict(jit_kwargs)
+        )
+    return eqx.filter_jit(function, **dict(jit_kwargs))
+
+
+def _at_top_level() -> bool:
+    """Whether a jitted call here would be a top-level program (no enclosing
+    transformation but `vmap`), the only place JAX accepts compiler options."""
+    try:
+        from jax._src import core
+        from jax._src.interpreters import batching
+
+        trace = core.trace_ctx.trace
+        while isinstance(trace, batching.BatchTrace):
+            trace = trace.parent_trace
+        return isinstance(trace, core.EvalTrace)
+    except (ImportError, AttributeError):  # JAX internals moved: play safe
+        return False

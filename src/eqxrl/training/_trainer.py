@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree
 
 from ..algorithms import AbstractAlgorithm, check_entropy_collapse
+from ..algorithms._base import jit_with_options
 from ._checkpoint import (
     CheckpointError,
     _atomic_write,
@@ -62,7 +63,6 @@ def steps_per_iteration(algorithm: AbstractAlgorithm) -> int:
     return 1
 
 
-@eqx.filter_jit(donate="all-except-first")
 def _run_chunk(
     algorithm: AbstractAlgorithm,
     state: PyTree,
@@ -484,7 +484,10 @@ class Trainer(eqx.Module):
             start = time.perf_counter()
             if state is None:
                 state = _init(algorithm, key, self.num_seeds)
-            compiled = _run_chunk.lower(
+            run_chunk = jit_with_options(
+                _run_chunk, algorithm.compiler_options, donate="all-except-first"
+            )
+            compiled = run_chunk.lower(  # type: ignore[attr-defined]
                 algorithm,
                 state,
                 jnp.int32(0),
