@@ -150,7 +150,7 @@ def benchmark_ppo(policy: str, size: int, iterations: int, repeats: int) -> None
         network_factory=factory,
         observation_storage_dtype=jnp.uint8,
     )
-    run = eqx.filter_jit(ppo.train)
+    run = eqx.filter_jit(ppo.train, compiler_options=ppo.compiler_options)
     compile_time = compile_seconds(run, jr.key(0))
     times = [timed(run, jr.key(i + 1)) for i in range(repeats)]
     steps = ppo.num_iterations * num_envs * num_steps

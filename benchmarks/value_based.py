@@ -320,7 +320,11 @@ def evaluate_eqxrl(policy: eqxrl.nn.AbstractPolicy, key, episodes: int = 128):
 
 
 def eqxrl_runner(algorithm) -> tuple[Callable[[int], tuple[float, object]], float]:
-    train = eqx.filter_jit(lambda algorithm, key: algorithm.train(key)[0])
+    # With the XLA options `algorithm.train` compiles with by itself.
+    train = eqx.filter_jit(
+        lambda algorithm, key: algorithm.train(key)[0],
+        compiler_options=algorithm.compiler_options,
+    )
     start = time.perf_counter()
     compiled = train.lower(algorithm, jr.key(0)).compile()
     compile_seconds = time.perf_counter() - start
@@ -417,7 +421,8 @@ def run_defaults_part(seeds: int) -> None:
     for cls in (eqxrl.DQN, eqxrl.IQN):
         algorithm = cls(env=env, total_timesteps=500_000)
         train = eqx.filter_jit(
-            lambda algorithm, keys: eqx.filter_vmap(algorithm.train)(keys)[1]
+            lambda algorithm, keys: eqx.filter_vmap(algorithm.train)(keys)[1],
+            compiler_options=algorithm.compiler_options,
         )
         keys = jr.split(jr.key(42), seeds)
         start = time.perf_counter()

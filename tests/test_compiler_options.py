@@ -54,7 +54,12 @@ def test_ppo_trains_with_its_options_everywhere():
         total_timesteps=32,
     )
     if jax.default_backend() == "cpu":
-        assert ppo.compiler_options == {"xla_cpu_multi_thread_eigen": False}
+        assert ppo.compiler_options == {
+            **eqxrl.algorithms.cpu_compiler_options(),
+            "xla_cpu_multi_thread_eigen": False,
+        }
+        dqn = eqxrl.DQN(env=eqxrl.envs.make("CartPole-v1"))
+        assert dqn.compiler_options == eqxrl.algorithms.cpu_compiler_options()
     key = jr.key(0)
     _, top = ppo.train(key)
     _, inside_jit = eqx.filter_jit(lambda k: ppo.train(k))(key)

@@ -1,6 +1,9 @@
 """Learning algorithms and the return computations they share."""
 
-from ._base import AbstractAlgorithm as AbstractAlgorithm
+from ._base import (
+    AbstractAlgorithm as AbstractAlgorithm,
+    cpu_compiler_options as cpu_compiler_options,
+)
 from ._diagnostics import (
     EntropyCollapseWarning as EntropyCollapseWarning,
     check_entropy_collapse as check_entropy_collapse,

@@ -51,15 +51,19 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
 
     @property
     def compiler_options(self) -> dict[str, Any]:
-        """XLA options that `train` (and the [`Trainer`][eqxrl.training.Trainer])
-        compile the run with: `{}` here, algorithms tune it per backend.
+        """XLA options that `train`, `lower` and the [`Trainer`][eqxrl.Trainer]
+        compile the run with.
+
+        By default, [`cpu_compiler_options()`][eqxrl.algorithms.cpu_compiler_options]
+        on the CPU backend (512-bit vectors on CPUs with AVX-512) and `{}` elsewhere;
+        algorithms add their own.
 
         They apply when `train` is called outside of JAX transformations or under
         `vmap` only: JAX accepts compiler options on top-level programs alone, so
         inside a user's `jit`, `grad` or `scan` the run is compiled as part of the
         enclosing program, with that program's options.
         """
-        return {}
+        return cpu_compiler_options() if jax.default_backend() == "cpu" else {}
 
     def train_iterations(
         self, state: StateT, num_iterations: int, *, throw: bool = True
@@ -168,6 +172,28 @@ def _train(algorithm: AbstractAlgorithm, key: PRNGKeyArray, throw: bool):
     return algorithm.train_iterations(
         algorithm.init(key), algorithm.num_iterations, throw=throw
     )
+
+
+def cpu_compiler_options() -> dict[str, Any]:
+    """XLA:CPU options that every eqxrl training program compiles with on this host.
+
+    On a CPU with AVX-512, `{"xla_cpu_prefer_vector_width": 512}`: XLA otherwise
+    vectorizes its fused loops 256 bits wide (against the clock throttling of early
+    AVX-512 parts). Measured on a 2-core Sapphire Rapids: DQN 1.08x, IQN 1.02x, PPO
+    1.02x, and a quarter less compile time. Elsewhere, `{}`.
+    """
+    return {"xla_cpu_prefer_vector_width": 512} if _host_has_avx512() else {}
+
+
+@functools.cache
+def _host_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return any(
+                line.startswith("flags") and " avx512f" in line for line in cpuinfo
+            )
+    except OSError:  # not Linux: keep XLA's default
+        return False
 
 
 def jit_with_options(

@@ -34,7 +34,7 @@ from ..nn import (
     NormalizedActorCritic,
     RunningMeanStd,
 )
-from ._base import AbstractAlgorithm
+from ._base import AbstractAlgorithm, cpu_compiler_options
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
@@ -343,15 +343,15 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     @property
     def compiler_options(self) -> dict[str, Any]:
-        """On CPU, `{"xla_cpu_multi_thread_eigen": False}`: the update's
-        weight-gradient products (small matrices contracted over the minibatch) run
-        on one thread instead of being split over XLA's thread pool, whose hand-offs
-        cost more than they save at these sizes (about 4% faster on the contract
-        CartPole config and with 8 seeds vmapped; no change with 512 environments).
-        Elsewhere, `{}`."""
-        if jax.default_backend() == "cpu":
-            return {"xla_cpu_multi_thread_eigen": False}
-        return {}
+        """On CPU, [`cpu_compiler_options()`][eqxrl.algorithms.cpu_compiler_options]
+        and `xla_cpu_multi_thread_eigen=False`: the update's weight-gradient products
+        (small matrices contracted over the minibatch) run on one thread instead of
+        being split over XLA's thread pool, whose hand-offs cost more than they save
+        at these sizes (about 4% faster on the contract CartPole config and with 8
+        seeds vmapped; no change with 512 environments). Elsewhere, `{}`."""
+        if jax.default_backend() != "cpu":
+            return {}
+        return {**cpu_compiler_options(), "xla_cpu_multi_thread_eigen": False}
 
     def _collect(
         self, state: PPOState, key: PRNGKeyArray
