@@ -62,21 +62,20 @@ def test_reset_distribution_is_gymnasiums():
 def test_termination_thresholds():
     env = CartPole()
     key = jr.key(0)
-    zero = jnp.float32(0.0)
-    beyond_x = CartPoleState(jnp.float32(2.39), jnp.float32(1.0), zero, zero)
+    beyond_x = CartPoleState(jnp.array([2.39, 1.0, 0.0, 0.0], jnp.float32))
     _, timestep = env.step(beyond_x, jnp.int32(1), key)
     assert bool(timestep.terminated)
-    upright = CartPoleState(zero, zero, zero, zero)
+    upright = CartPoleState(jnp.zeros(4, jnp.float32))
     _, timestep = env.step(upright, jnp.int32(1), key)
     assert not bool(timestep.terminated)
-    tilted = CartPoleState(zero, zero, jnp.float32(0.209), jnp.float32(1.0))
+    tilted = CartPoleState(jnp.array([0.0, 0.0, 0.209, 1.0], jnp.float32))
     _, timestep = env.step(tilted, jnp.int32(0), key)
     assert bool(timestep.terminated)
 
 
 def test_physics_constants_are_vmappable():
     gravities = jnp.array([9.8, 20.0], jnp.float32)
-    state = CartPoleState(*(jnp.float32(v) for v in (0.0, 0.0, 0.1, 0.0)))
+    state = CartPoleState(jnp.array([0.0, 0.0, 0.1, 0.0], jnp.float32))
 
     def theta_dot_after_one_step(gravity):
         next_state, _ = CartPole(gravity=gravity).step(state, jnp.int32(0), jr.key(0))

@@ -104,10 +104,8 @@ def test_step_with_auto_reset_matches_auto_reset():
     states, _ = jax.vmap(AutoReset(env).reset)(keys)
     # Push half the cart-poles to the edge so that they terminate on this step.
     x = jnp.where(jnp.arange(num_envs) < 3, 2.39, 0.0).astype(jnp.float32)
-    states = eqx.tree_at(lambda s: s.env_state.env_state.x, states, x)
-    states = eqx.tree_at(
-        lambda s: s.env_state.env_state.x_dot, states, jnp.ones(num_envs)
-    )
+    physics = states.env_state.env_state.physics.at[:, 0].set(x).at[:, 1].set(1.0)
+    states = eqx.tree_at(lambda s: s.env_state.env_state.physics, states, physics)
     actions = jnp.ones(num_envs, jnp.int32)
     step_keys = jr.split(jr.key(1), num_envs)
     reset_keys = jr.split(jr.key(2), num_envs)

@@ -12,13 +12,38 @@ from ._types import TimeStep
 
 
 class CartPoleState(eqx.Module):
-    """The cart-pole's physical state: cart position and velocity, pole angle (radians,
-    0 upright) and angular velocity."""
+    """The cart-pole's physical state, one float32 vector (also the observation).
 
-    x: Float[Array, ""]
-    x_dot: Float[Array, ""]
-    theta: Float[Array, ""]
-    theta_dot: Float[Array, ""]
+    One vector rather than four scalars, so that a step updates it in one fused
+    operation (and the observation needs no stacking): fewer kernels per step.
+
+    **Arguments:**
+
+    - `physics`: `[x, x_dot, theta, theta_dot]`: cart position and velocity, pole
+      angle (radians, 0 upright) and angular velocity; also readable by name.
+    """
+
+    physics: Float[Array, "4"]
+
+    @property
+    def x(self) -> Float[Array, ""]:
+        """Cart position."""
+        return self.physics[0]
+
+    @property
+    def x_dot(self) -> Float[Array, ""]:
+        """Cart velocity."""
+        return self.physics[1]
+
+    @property
+    def theta(self) -> Float[Array, ""]:
+        """Pole angle (radians, 0 upright)."""
+        return self.physics[2]
+
+    @property
+    def theta_dot(self) -> Float[Array, ""]:
+        """Pole angular velocity."""
+        return self.physics[3]
 
 
 class CartPole(AbstractEnvironment[CartPoleState]):
@@ -63,8 +88,7 @@ class CartPole(AbstractEnvironment[CartPoleState]):
         return Discrete(2)
 
     def reset(self, key: PRNGKeyArray) -> tuple[CartPoleState, TimeStep]:
-        x, x_dot, theta, theta_dot = jr.uniform(key, (4,), minval=-0.05, maxval=0.05)
-        state = CartPoleState(x, x_dot, theta, theta_dot)
+        state = CartPoleState(jr.uniform(key, (4,), minval=-0.05, maxval=0.05))
         return state, self._timestep(state, jnp.float32(0.0), jnp.bool_(False))
 
     def step(
@@ -82,21 +106,18 @@ class CartPole(AbstractEnvironment[CartPoleState]):
             * (4.0 / 3.0 - self.pole_mass * cos_theta**2 / total_mass)
         )
         x_acc = temp - pole_mass_length * theta_acc * cos_theta / total_mass
-        next_state = CartPoleState(
-            x=state.x + self.time_step * state.x_dot,
-            x_dot=state.x_dot + self.time_step * x_acc,
-            theta=state.theta + self.time_step * state.theta_dot,
-            theta_dot=state.theta_dot + self.time_step * theta_acc,
-        )
+        # x and theta move with the old velocities, the velocities with the new
+        # accelerations (explicit Euler), in one vector operation.
+        derivative = jnp.stack([state.x_dot, x_acc, state.theta_dot, theta_acc])
+        next_state = CartPoleState(state.physics + self.time_step * derivative)
         terminated = (jnp.abs(next_state.x) > self.x_threshold) | (
             jnp.abs(next_state.theta) > self.theta_threshold
         )
         return next_state, self._timestep(next_state, jnp.float32(1.0), terminated)
 
     def _timestep(self, state: CartPoleState, reward, terminated) -> TimeStep:
-        observation = jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot])
         return TimeStep(
-            observation=observation,
+            observation=state.physics,
             reward=reward,
             terminated=terminated,
             truncated=jnp.bool_(False),
