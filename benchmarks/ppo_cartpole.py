@@ -61,14 +61,8 @@ def final_return(episode_returns: np.ndarray) -> np.ndarray:
     return np.nanmean(np.asarray(episode_returns)[..., -LAST_ITERATIONS:], axis=-1)
 
 
-def _train(ppo: eqxrl.PPO, key):
-    state, metrics = ppo.train(key)
-    return state, metrics["episode_return"]
-
-
 def _train_seeds(ppo: eqxrl.PPO, keys):
-    state, metrics = eqx.filter_vmap(ppo.train)(keys)
-    return state, metrics["episode_return"]
+    return eqx.filter_vmap(ppo.train)(keys)
 
 
 def compile_eqxrl_ppo(
@@ -86,30 +80,36 @@ def compile_eqxrl_ppo(
     """
     ppo = make_ppo(config_name)
     num_seeds = NUM_SEEDS[config_name]
-    # With the XLA options `ppo.train` compiles with (`PPO.compiler_options`); the
-    # `ppo.train` inside is then part of this program.
-    options = ppo.compiler_options
+    # What users run: `ppo.train` (its XLA options included), returning the state
+    # and every metric. (Returning `episode_return` alone let XLA drop the other
+    # metrics, and that program ran 20% slower on this 2-core CPU: its kernels
+    # were spread over two threads.)
+    start = time.perf_counter()
     if num_seeds == 1:
-        train = eqx.filter_jit(_train, compiler_options=options)
 
         def make_key(seed):
             return jr.key(seed)
+
+        compiled_train = ppo.lower(make_key(0)).compile()
+
+        def compiled(ppo, key):
+            return compiled_train(ppo, key, True)
     else:
-        train = eqx.filter_jit(_train_seeds, compiler_options=options)
 
         def make_key(seed):
             return jr.split(jr.key(seed), num_seeds)
 
-    start = time.perf_counter()
-    compiled = train.lower(ppo, make_key(0)).compile()
+        train = eqx.filter_jit(_train_seeds, compiler_options=ppo.compiler_options)
+        compiled = train.lower(ppo, make_key(0)).compile()
     compile_seconds = time.perf_counter() - start
 
     def run(seed: int) -> tuple[float, np.ndarray, eqxrl.PPOState]:
         key = make_key(seed)
         start = time.perf_counter()
-        state, episode_returns = jax.block_until_ready(compiled(ppo, key))
+        state, metrics = jax.block_until_ready(compiled(ppo, key))
         seconds = time.perf_counter() - start
-        return seconds, np.atleast_1d(final_return(episode_returns)), state
+        returns = final_return(metrics["episode_return"])
+        return seconds, np.atleast_1d(returns), state
 
     env_steps = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
     return run, compile_seconds, env_steps
