@@ -208,12 +208,13 @@ def jit_with_options(
         return plain
     tuned = _cached_jit(function, options, tuple(sorted(jit_kwargs.items())))
 
-    def call(*args, **kwargs):
-        return (tuned if _at_top_level() else plain)(*args, **kwargs)
+    def chosen():
+        return tuned if _at_top_level() else plain
 
-    call.lower = lambda *args, **kwargs: (  # type: ignore[attr-defined]
-        tuned if _at_top_level() else plain
-    ).lower(*args, **kwargs)
+    def call(*args, **kwargs):
+        return chosen()(*args, **kwargs)
+
+    call.lower = lambda *args, **kwargs: chosen().lower(*args, **kwargs)  # type: ignore[attr-defined]
     return call
 
 

@@ -34,7 +34,7 @@ from ..nn import (
     NormalizedActorCritic,
     RunningMeanStd,
 )
-from ._base import AbstractAlgorithm, cpu_compiler_options
+from ._base import AbstractAlgorithm
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
@@ -351,7 +351,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         seeds vmapped; no change with 512 environments). Elsewhere, `{}`."""
         if jax.default_backend() != "cpu":
             return {}
-        return {**cpu_compiler_options(), "xla_cpu_multi_thread_eigen": False}
+        return {**super().compiler_options, "xla_cpu_multi_thread_eigen": False}
 
     def _collect(
         self, state: PPOState, key: PRNGKeyArray
