@@ -249,7 +249,8 @@ def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
 def eqxrl_iqn_on_rejax_settings(total_timesteps: int) -> eqxrl.IQN:
     """eqxrl's IQN with rejax's CartPole IQN numbers: 1 env, an update of batch 1
     every step, N = N' = 64, K = 32, 64x64 swish torso, 64 cosines, a 64 swish head,
-    Polyak 0.99 every update, kappa 1, lr 3e-4, no gradient clipping."""
+    Polyak 0.99 every update, kappa 1, lr 3e-4, no gradient clipping (as rejax:
+    `max_grad_norm=None`, so no gradient norm is computed either)."""
 
     def network(env, key):
         return eqxrl.nn.ImplicitQuantileNetwork(
@@ -278,7 +279,7 @@ def eqxrl_iqn_on_rejax_settings(total_timesteps: int) -> eqxrl.IQN:
         double_q=True,
         learning_rate=3e-4,
         adam_eps=1e-8,
-        max_grad_norm=float("inf"),
+        max_grad_norm=None,
         gamma=0.99,
         exploration_initial_eps=1.0,
         exploration_final_eps=0.01,

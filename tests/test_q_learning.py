@@ -210,6 +210,7 @@ def test_truncation_bootstraps_from_the_final_observation():
         (dict(gamma=1.5), "gamma"),
         (dict(tau=-0.1), "tau"),
         (dict(learning_rate=float("nan")), "learning_rate"),
+        (dict(max_grad_norm=-1.0), "max_grad_norm"),
         (dict(exploration_final_eps=2.0), "exploration_final_eps"),
         (dict(hidden_sizes=(0,)), "hidden_sizes"),
         (dict(gamma=jnp.array([0.9, 0.99])), "jax.vmap"),
@@ -219,6 +220,26 @@ def test_truncation_bootstraps_from_the_final_observation():
 def test_invalid_config_raises(env, name, overrides, message):
     with pytest.raises(ValueError, match=message):
         small(name, env, **overrides)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_max_grad_norm_none_trains_without_clipping(env, name):
+    """`max_grad_norm=None` leaves clipping out: the same parameters as an infinite
+    threshold, and not those of a tight one."""
+
+    def final_parameters(max_grad_norm):
+        algorithm = small(name, env, max_grad_norm=max_grad_norm)
+        state, _ = eqx.filter_jit(lambda a, k: a.train(k))(algorithm, jr.key(0))
+        return jax.tree.leaves(eqx.filter(state.network, eqx.is_array))
+
+    unclipped = final_parameters(None)
+    for ours, infinite in zip(unclipped, final_parameters(float("inf")), strict=True):
+        np.testing.assert_allclose(ours, infinite, rtol=1e-5, atol=1e-6)
+    tight = final_parameters(1e-4)
+    assert any(
+        not np.allclose(ours, clipped, rtol=1e-5, atol=1e-6)
+        for ours, clipped in zip(unclipped, tight, strict=True)
+    )
 
 
 def test_invalid_environments_raise(env):

@@ -13,6 +13,12 @@ def float32(value: ArrayLike) -> Array:
     return jnp.asarray(value, dtype=jnp.float32)
 
 
+def optional_float32(value: ArrayLike | None) -> Array | None:
+    """Field converter: `None` kept (a setting switched off, a static choice), else
+    as [`float32`][eqxrl._config.float32]."""
+    return None if value is None else float32(value)
+
+
 def check_range(owner: str, name: str, value: Array, low: float, high: float) -> None:
     """Raise a ValueError if a concrete scalar setting is outside `[low, high]`.
 

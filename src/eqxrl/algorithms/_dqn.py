@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._config import check_range, float32
+from .._config import check_range, float32, optional_float32
 from ..buffers import ReplaySample
 from ..envs import AbstractEnvironment
 from ..nn import AbstractQNetwork, MLPQNetwork, greedy_action
@@ -55,7 +55,8 @@ class DQN(AbstractQLearning):
     - `learning_rate`: Adam step size.
     - `anneal_lr`: decay the step size linearly to zero over the updates.
     - `adam_eps`: Adam's epsilon.
-    - `max_grad_norm`: global gradient-norm clip.
+    - `max_grad_norm`: global gradient-norm clip; `None`: no clipping (and no
+      norm computed).
     - `huber_delta`: threshold of the Huber loss (`inf`: the squared loss).
     - `gamma`: discount factor.
     - `exploration_initial_eps`, `exploration_final_eps`: the linear epsilon
@@ -93,7 +94,9 @@ class DQN(AbstractQLearning):
     learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
     anneal_lr: bool = eqx.field(static=True, default=False)
     adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=float32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    max_grad_norm: Float[Array, ""] | None = eqx.field(
+        default=10.0, converter=optional_float32
+    )
     huber_delta: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
     gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
     exploration_initial_eps: Float[Array, ""] = eqx.field(

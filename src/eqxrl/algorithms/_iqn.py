@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._config import check_range, float32
+from .._config import check_range, float32, optional_float32
 from .._random import uniform as random_uniform
 from ..buffers import ReplaySample
 from ..envs import AbstractEnvironment
@@ -134,7 +134,9 @@ class IQN(AbstractQLearning):
     learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
     anneal_lr: bool = eqx.field(static=True, default=False)
     adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=float32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
+    max_grad_norm: Float[Array, ""] | None = eqx.field(
+        default=10.0, converter=optional_float32
+    )
     gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
     exploration_initial_eps: Float[Array, ""] = eqx.field(
         default=1.0, converter=float32
