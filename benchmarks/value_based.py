@@ -453,6 +453,9 @@ def main() -> None:
         default=["buffer", "peers", "defaults"],
     )
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument(
+        "--algorithms", nargs="+", choices=["DQN", "IQN"], default=["DQN", "IQN"]
+    )
     parser.add_argument("--dqn-steps", type=int, default=100_000)
     parser.add_argument("--iqn-steps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, default=4)
@@ -474,8 +477,9 @@ def main() -> None:
         except ImportError:
             print("\nrejax is not installed: skipping the comparison (use .venv-peers)")
         else:
-            compare_with_rejax("DQN", args.dqn_steps, args.pairs)
-            compare_with_rejax("IQN", args.iqn_steps, args.pairs)
+            steps = {"DQN": args.dqn_steps, "IQN": args.iqn_steps}
+            for name in args.algorithms:
+                compare_with_rejax(name, steps[name], args.pairs)
     if "defaults" in args.parts:
         run_defaults_part(args.seeds)
 

@@ -54,3 +54,46 @@ def test_mlp_actor_critic_rejects_bad_sizes():
         MLPActorCritic(4, 0, key=jr.key(0))
     with pytest.raises(ValueError, match="hidden_sizes"):
         MLPActorCritic(4, 2, hidden_sizes=(0,), key=jr.key(0))
+
+
+def _dot_count(function, *args) -> int:
+    jaxpr = jax.make_jaxpr(function)(*args)
+    return str(jaxpr).count("dot_general")
+
+
+@pytest.mark.parametrize("hint", [None, 1, 4, 8, 64])
+def test_batch_size_hint_keeps_the_network_function(hint):
+    """Under `batch_size_hint`, narrow layers of a small batch run elementwise (no
+    matrix product); the outputs and gradients stay those of the plain network."""
+    from eqxrl.nn._linear import batch_size_hint
+
+    network = MLPActorCritic(4, 2, hidden_sizes=(64, 64), key=jr.key(0))
+    observations = jr.normal(jr.key(1), (hint or 4, 4))
+
+    def logits_and_values(network, observations):
+        def one(observation):
+            distribution, value = network(observation)
+            return distribution.logits, value
+
+        return jax.vmap(one)(observations)
+
+    expected = logits_and_values(network, observations)
+    with batch_size_hint(hint):
+        hinted = logits_and_values(network, observations)
+        dots = _dot_count(logits_and_values, network, observations)
+        gradient = jax.grad(lambda n: jnp.sum(logits_and_values(n, observations)[0]))(
+            network
+        )
+    for ours, plain in zip(hinted, expected, strict=True):
+        np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-6)
+    plain_gradient = jax.grad(
+        lambda n: jnp.sum(logits_and_values(n, observations)[0])
+    )(network)
+    for ours, plain in zip(
+        jax.tree.leaves(gradient), jax.tree.leaves(plain_gradient), strict=True
+    ):
+        np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-6)
+    # Six layers (actor and critic: 4-64, 64-64, 64-out): the 64x64 ones always
+    # multiply matrices; the narrow ones too, unless the batch is small.
+    small = hint is not None and hint * 2 <= 32
+    assert dots == (2 if small else 6), (hint, dots)

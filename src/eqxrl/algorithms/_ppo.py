@@ -34,6 +34,7 @@ from ..nn import (
     NormalizedActorCritic,
     RunningMeanStd,
 )
+from ..nn._linear import batch_size_hint
 from ._base import AbstractAlgorithm
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
@@ -367,6 +368,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         With a `separate_critic` the critic is left out of the steps (XLA drops the
         unused value head) and evaluated once on all stored observations afterwards:
         the same values, as one large batch instead of `num_steps` small ones.
+        The steps are traced under `batch_size_hint(num_envs)`: for a handful of
+        environments, narrow policy layers are computed without matrix products.
         """
         model = self.acting_model(state.model, state.observation_statistics)
         act = eqx.filter_vmap(self._act, in_axes=(None, 0, 0))
@@ -404,9 +407,12 @@ class PPO(AbstractAlgorithm[PPOState]):
             timestep = next_timestep
             return (env_state, timestep), (transition, truncated_value)
 
-        (env_state, timestep), (transitions, truncated_values) = filter_scan(
-            step, (state.env_state, state.timestep), split(key, self.num_steps)
-        )
+        # The policy sees `num_envs` observations per step: with a few, its narrow
+        # layers run elementwise, fused (1.03x on the contract config).
+        with batch_size_hint(self.num_envs):
+            (env_state, timestep), (transitions, truncated_values) = filter_scan(
+                step, (state.env_state, state.timestep), split(key, self.num_steps)
+            )
         if critic_after_rollout:
             observations = self._restore_observation(transitions.observation)
             values = jax.vmap(batched_value)(observations)

@@ -13,6 +13,7 @@ from ..distributions import (
     MaskedCategorical,
 )
 from ._init import orthogonal_matrices
+from ._linear import apply_linear
 
 
 class AbstractActorCritic(eqx.Module):
@@ -48,8 +49,8 @@ def _forward(
     layers: list[eqx.nn.Linear], activation: Callable[[Array], Array], x: Array
 ) -> Array:
     for layer in layers[:-1]:
-        x = activation(layer(x))
-    return layers[-1](x)
+        x = activation(apply_linear(layer, x))
+    return apply_linear(layers[-1], x)
 
 
 def _mlp_weights(

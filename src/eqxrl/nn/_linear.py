@@ -1,0 +1,49 @@
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+_BATCH_SIZE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "eqxrl_batch_size_hint", default=None
+)
+
+# Below this many multiply-adds per output row (batch size times the narrower side
+# of the layer), an elementwise product and sum beat a matrix product on CPU.
+_MAX_ELEMENTWISE_WORK = 32
+
+
+@contextlib.contextmanager
+def batch_size_hint(batch_size: int | None) -> Iterator[None]:
+    """Trace-time hint: the networks traced inside are vmapped over `batch_size`
+    examples (`None`: unknown, the default).
+
+    With a small batch (e.g. one policy step of a handful of environments), narrow
+    linear layers (few inputs, like CartPole's 4 observations, or few outputs, like
+    a 2-action policy head) are computed as an elementwise product and a sum, which
+    XLA fuses with the activation, instead of a matrix product: on CPU, a policy
+    step of 4 CartPole environments through a 4-64-64-2 MLP takes 1.4 instead of
+    3.0 us. Matrix products win from about 8 to 16 examples on, so layers are
+    computed elementwise only while `batch_size * min(in_features, out_features)`
+    is at most 32.
+    """
+    token = _BATCH_SIZE.set(batch_size)
+    try:
+        yield
+    finally:
+        _BATCH_SIZE.reset(token)
+
+
+def apply_linear(
+    layer: eqx.nn.Linear, x: Float[Array, " in_features"]
+) -> Float[Array, " out_features"]:
+    """`layer(x)` for one example, elementwise for a small batch (see
+    `batch_size_hint`)."""
+    batch_size = _BATCH_SIZE.get()
+    narrow_side = min(layer.in_features, layer.out_features)
+    if batch_size is None or batch_size * narrow_side > _MAX_ELEMENTWISE_WORK:
+        return layer(x)
+    y = jnp.sum(layer.weight * x[None, :], axis=1)
+    return y if layer.bias is None else y + layer.bias
