@@ -86,9 +86,9 @@ def test_batch_size_hint_keeps_the_network_function(hint):
         )
     for ours, plain in zip(hinted, expected, strict=True):
         np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-6)
-    plain_gradient = jax.grad(
-        lambda n: jnp.sum(logits_and_values(n, observations)[0])
-    )(network)
+    plain_gradient = jax.grad(lambda n: jnp.sum(logits_and_values(n, observations)[0]))(
+        network
+    )
     for ours, plain in zip(
         jax.tree.leaves(gradient), jax.tree.leaves(plain_gradient), strict=True
     ):
