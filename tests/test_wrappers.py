@@ -128,6 +128,40 @@ def test_step_with_auto_reset_matches_auto_reset():
     assert (np.asarray(lazy_states.episode_length)[~done] == 1).all()
 
 
+def test_step_with_auto_reset_under_vmap_resets_lazily():
+    """Vmapped over seeds, each member steps as it would alone (resetting only its
+    own ended episodes), and the resets stay behind one `lax.cond` on the whole
+    vmapped batch instead of becoming a select that computes them every step."""
+    env = EpisodeStatistics(TimeLimit(CartPole(), 500))
+    num_seeds, num_envs = 3, 4
+
+    def reset(key):
+        return jax.vmap(AutoReset(env).reset)(jr.split(key, num_envs))
+
+    def step(states, key):
+        step_keys, reset_keys = jnp.split(jr.split(key, 2 * num_envs), 2)
+        return eqxrl.envs.step_with_auto_reset(
+            env, states, jnp.ones(num_envs, jnp.int32), step_keys, reset_keys
+        )
+
+    states, _ = jax.vmap(reset)(jr.split(jr.key(0), num_seeds))
+    # Only seed 1 has an environment at the edge: it ends on this step.
+    physics = states.env_state.env_state.physics
+    physics = physics.at[1, 0, 0].set(2.39).at[1, 0, 1].set(1.0)
+    states = eqx.tree_at(lambda s: s.env_state.env_state.physics, states, physics)
+    keys = jr.split(jr.key(1), num_seeds)
+    batched_states, batched = jax.vmap(step)(states, keys)
+    assert np.asarray(batched.terminated).sum() == 1
+    for seed in range(num_seeds):
+        alone_states, alone = step(jax.tree.map(lambda x: x[seed], states), keys[seed])
+        np.testing.assert_array_equal(batched.observation[seed], alone.observation)
+        np.testing.assert_array_equal(
+            batched_states.episode_length[seed], alone_states.episode_length
+        )
+    jaxpr = str(jax.make_jaxpr(jax.vmap(step))(states, keys))
+    assert "cond[" in jaxpr
+
+
 class _HiddenObservation(eqxrl.envs.AbstractWrapper):
     """Forwards everything except `observation(state)`."""
 

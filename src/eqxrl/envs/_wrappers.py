@@ -5,7 +5,7 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
+from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
 
 from .._random import split
 from ._environment import AbstractEnvironment, AbstractWrapper
@@ -294,8 +294,9 @@ def step_with_auto_reset(
     batch of resets is computed only on steps where some environment's episode
     ended (a `lax.cond` on the whole batch). Resets are rare, so this saves most of
     the reset work, which otherwise doubles the cost of a cheap environment's step.
-    Under a further `vmap` (e.g. over seeds) the condition becomes a select and the
-    cost is the same as `AutoReset`'s.
+    Under a further `vmap` (e.g. over seeds or hyperparameters) the condition is
+    reduced over the whole vmapped batch, so it stays a `lax.cond` (run when an
+    episode ended anywhere) instead of becoming a select that resets at every step.
 
     **Arguments:**
 
@@ -313,6 +314,21 @@ def step_with_auto_reset(
         env, state, action, step_keys, reset_keys
     )
     return next_state, timestep
+
+
+@jax.custom_batching.custom_vmap
+def _any_in_vmapped_batch(flag: Bool[Array, ""]) -> Bool[Array, ""]:
+    """`flag`; under `vmap`, whether it holds for any member of the batch, as one
+    unbatched boolean. A `lax.cond` on it stays a conditional under `vmap`, where a
+    batched predicate would turn it into a select that runs both branches."""
+    return flag
+
+
+@_any_in_vmapped_batch.def_vmap
+def _any_in_vmapped_batch_rule(axis_size, in_batched, flag):
+    del axis_size
+    (batched,) = in_batched
+    return (jnp.any(flag) if batched else flag), False
 
 
 def step_with_lazy_resets(
@@ -353,7 +369,9 @@ def step_with_lazy_resets(
         return selected, on_episode_end(timestep)
 
     (next_state, observation, action_mask), episode_end_output = lax.cond(
-        jnp.any(done), with_resets, lambda: (resettable, nothing)
+        _any_in_vmapped_batch(jnp.any(done)),
+        with_resets,
+        lambda: (resettable, nothing),
     )
     extras = dict(timestep.extras)
     extras["final_observation"] = timestep.observation
