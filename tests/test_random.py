@@ -4,7 +4,15 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl._random import categorical, permutation, random_bits, split, uniform
+from eqxrl._random import (
+    _packed_sort_permutation,
+    _pair_sort_permutation,
+    categorical,
+    permutation,
+    random_bits,
+    split,
+    uniform,
+)
 
 
 def _data(keys):
@@ -48,13 +56,44 @@ def test_inline_uniform_and_categorical_match_jax_random(make_key):
     assert len(np.unique(np.asarray(ours))) == 4  # the draws do vary
 
 
-@pytest.mark.parametrize("num", [1, 5, 512, 70_000])
-def test_inline_permutation_matches_jax_random(num):
+@pytest.mark.parametrize("num", [0, 1, 2, 5, 512, 70_000])
+def test_permutation_is_a_permutation_that_depends_on_the_key(num):
     keys = jr.split(jr.key(11), 3)
-    ours = jax.jit(jax.vmap(lambda k: permutation(k, num)))(keys)
-    theirs = jax.vmap(lambda k: jr.permutation(k, num))(keys)
+    ours = np.asarray(jax.jit(jax.vmap(lambda k: permutation(k, num)))(keys))
+    assert ours.shape == (3, num) and ours.dtype == np.int32
+    assert (np.sort(ours, axis=1) == np.arange(num)).all()
+    np.testing.assert_array_equal(ours[0], permutation(keys[0], num))
+    if num >= 5:
+        assert not (ours[0] == ours[1]).all()
+        assert not (ours[0] == np.arange(num)).all()
+
+
+@pytest.mark.parametrize(
+    "make_permutation",
+    [permutation, lambda k, n: _packed_sort_permutation(k, n, 16)],
+    ids=["permutation", "packed keys, 16 random bits"],
+)
+def test_permutation_is_uniform(make_permutation):
+    # Every one of the 24 orders of 4 items about equally often (chi-square, 23
+    # degrees of freedom: the 99.99% quantile is 54), and so each item's position.
+    num_draws = 24_000
+    keys = jr.split(jr.key(17), num_draws)
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: make_permutation(k, 4)))(keys))
+    codes = draws @ np.array([64, 16, 4, 1])
+    counts = np.array([np.sum(codes == code) for code in np.unique(codes)])
+    assert len(counts) == 24
+    expected = num_draws / 24
+    assert np.sum((counts - expected) ** 2 / expected) < 54
+    positions = np.stack([np.sum(draws == item, axis=0) for item in range(4)])
+    np.testing.assert_allclose(positions / num_draws, 0.25, atol=0.015)
+
+
+def test_pair_sort_permutation_is_jax_randoms():
+    # The path past 2**24 indices is JAX's own algorithm: the same permutations.
+    keys = jr.split(jr.key(19), 3)
+    ours = jax.vmap(lambda k: _pair_sort_permutation(k, 70_000))(keys)
+    theirs = jax.vmap(lambda k: jr.permutation(k, 70_000))(keys)
     np.testing.assert_array_equal(ours, theirs)
-    assert (np.sort(np.asarray(ours), axis=1) == np.arange(num)).all()
 
 
 @pytest.mark.parametrize("make_key", [jr.key, jr.PRNGKey])
