@@ -96,6 +96,14 @@ def test_pair_sort_permutation_is_jax_randoms():
     np.testing.assert_array_equal(ours, theirs)
 
 
+def test_permutation_off_the_cpu_is_jax_randoms(monkeypatch):
+    key = jr.key(23)
+    on_cpu = np.asarray(permutation(key, 512))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    np.testing.assert_array_equal(permutation(key, 512), jr.permutation(key, 512))
+    assert not (on_cpu == np.asarray(jr.permutation(key, 512))).all()
+
+
 @pytest.mark.parametrize("make_key", [jr.key, jr.PRNGKey])
 def test_inline_split_to_a_shape_matches_jax_random(make_key):
     key = make_key(13)

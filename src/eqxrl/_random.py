@@ -1,5 +1,5 @@
 """`jax.random.bits`, `split`, `uniform` and `categorical` computed inline, and a
-faster `permutation`.
+faster `permutation` on CPU.
 
 On CPU, XLA runs JAX's threefry hash as a rolled loop (a `while` of five iterations,
 each a few separate kernels): for the handful of words an environment step or an
@@ -7,8 +7,8 @@ action sample draws, that loop's overhead costs more than the rest of a cheap st
 These functions compute the same hash unrolled in `jax.numpy`, so XLA fuses it with the
 code around it. For threefry keys (JAX's default) with `jax_threefry_partitionable`
 on (the default) the results are bit for bit those of `jax.random`; for any other key
-implementation or setting they call `jax.random` itself. `permutation` draws from the
-same distribution as `jax.random.permutation`, not the same permutations.
+implementation or setting they call `jax.random` itself. `permutation` on CPU draws from
+the same distribution as `jax.random.permutation`, not the same permutations.
 """
 
 import math
@@ -140,12 +140,15 @@ def permutation(key: PRNGKeyArray, num: int) -> Int[Array, " {num}"]:
     over the index in the low bits, which also makes the sort stable. Fewer random
     bits per round need more rounds (3 instead of 2 for 65,536 indices), still 2.6x
     less time overall. Past 2**24 indices, fewer than 8 random bits would remain and
-    JAX's pair sort is cheaper.
+    JAX's pair sort is cheaper. Off the CPU (GPU radix sorts, TPU sorting networks,
+    not measured here) the extra rounds may cost more than they save, so there this
+    is JAX's pair sort: the same permutations as `jax.random.permutation`.
     """
     if num <= 1:
         return jnp.arange(num)
     index_bits = (num - 1).bit_length()
-    if 32 - index_bits < _MIN_PACKED_RANDOM_BITS:
+    use_pairs = 32 - index_bits < _MIN_PACKED_RANDOM_BITS
+    if use_pairs or jax.default_backend() != "cpu":
         return _pair_sort_permutation(key, num)
     return _packed_sort_permutation(key, num, index_bits)
 
