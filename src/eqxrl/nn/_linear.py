@@ -27,7 +27,9 @@ def batch_size_hint(batch_size: int | None) -> Iterator[None]:
     step of 4 CartPole environments through a 4-64-64-2 MLP takes 1.4 instead of
     3.0 us. Matrix products win from about 8 to 16 examples on, so layers are
     computed elementwise only while `batch_size * min(in_features, out_features)`
-    is at most 32.
+    is at most 32. The hint cannot see a `vmap` outside the traced function (e.g.
+    over seeds, applied to an already-traced program): PPO with 8 vmapped seeds of
+    4 environments measured 1.03x faster without it (3 of 3 alternating pairs).
     """
     token = _BATCH_SIZE.set(batch_size)
     try:
