@@ -18,7 +18,8 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(BIN)/python examples/snake_ppo.py --out runs/demo
+	$(BIN)/python examples/cartpole_ppo.py --out runs/demo/cartpole
+	$(BIN)/python examples/snake_ppo.py --out runs/demo/snake
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests examples benchmarks
