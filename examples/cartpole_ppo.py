@@ -1,7 +1,7 @@
 """Train PPO on CartPole-v1 on the CPU, with a progress bar, checkpoints and a curve.
 
-    python examples/cartpole_ppo.py --out runs/demo
-    python examples/cartpole_ppo.py --out runs/demo --resume   # after an interruption
+    python examples/cartpole_ppo.py --out runs/demo/cartpole
+    python examples/cartpole_ppo.py --out runs/demo/cartpole --resume  # interrupted
 
 `eqxrl.Trainer` runs the compiled PPO iteration in chunks (one compiled call per chunk,
 state donated) and, between chunks, shows progress, logs metrics, writes checkpoints
@@ -12,7 +12,7 @@ and evaluates. Under `--out` it writes:
 - `policy.eqx`: the greedy policy alone, for `eqxrl.load_policy`;
 - `config.json`, `summary.json` (compile and run time, final evaluation), `curve.png`.
 
-The same run from the command line: `eqxrl train CartPole-v1 --out runs/demo`.
+The same run from the command line: `eqxrl train CartPole-v1 --out runs/demo/cartpole`.
 """
 
 import argparse

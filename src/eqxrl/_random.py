@@ -128,6 +128,10 @@ def categorical(
     return jnp.argmax(gumbel + logits)
 
 
+# Fewer random bits per key would need more sort rounds than JAX's pair sort costs.
+_MIN_PACKED_RANDOM_BITS = 8
+
+
 def permutation(key: PRNGKeyArray, num: int) -> Int[Array, " {num}"]:
     """A uniformly random permutation of `range(num)`, by the criterion of
     `jax.random.permutation` but several times cheaper on CPU (not the same
@@ -151,9 +155,6 @@ def permutation(key: PRNGKeyArray, num: int) -> Int[Array, " {num}"]:
     if use_pairs or jax.default_backend() != "cpu":
         return _pair_sort_permutation(key, num)
     return _packed_sort_permutation(key, num, index_bits)
-
-
-_MIN_PACKED_RANDOM_BITS = 8
 
 
 def _sort_rounds(num: int, key_bits: int) -> int:
