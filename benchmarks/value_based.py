@@ -17,8 +17,12 @@ Three parts (`--parts`, default all):
   round ratio and best-vs-best; compile times apart. rejax's periodic evaluation is
   replaced by a no-op so that only training is timed. Final returns: the greedy
   policy (epsilon 0.005, as rejax's `make_act`) over 128 episodes, by rejax's
-  `evaluate` for rejax and the same loop on eqxrl's CartPole for eqxrl. Needs the
-  peers venv (rejax, gymnax); skipped when rejax is missing.
+  `evaluate` for rejax and the same loop on eqxrl's CartPole for eqxrl. With several
+  updates per iteration (DQN), each round also runs eqxrl with twice the updates per
+  iteration: the difference is one update's time inside training, and the time of
+  an iteration's updates alone bounds the steps/s that cutting everything else could
+  reach (`at most ... = Nx rejax's median`). Needs the peers venv (rejax, gymnax);
+  skipped when rejax is missing.
 - `defaults`: `eqxrl.DQN(env=make("CartPole-v1"), total_timesteps=500_000)` and the
   same for `IQN`, nothing else set, 4 seeds vmapped in one program: compile time,
   wall time, steps/s, and the final training return of each seed (mean return of
@@ -34,6 +38,7 @@ Run (from the repository root; rejax needs the peers venv):
 """
 
 import argparse
+import dataclasses
 import importlib.metadata
 import statistics
 import time
@@ -215,7 +220,9 @@ def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
     """eqxrl's DQN with rejax's CartPole DQN numbers: 10 envs, 5 updates of batch
     100 per step of all envs, dueling 64x64 swish network, Polyak 0.98 once per
     iteration, 1-step targets, squared loss (an infinite Huber threshold), lr
-    1e-3."""
+    1e-3. rejax's `max_grad_norm=10` is `optax.clip(10)`, each gradient entry clipped
+    to [-10, 10]; eqxrl clips the global norm at 10 instead (no per-entry clipping),
+    which costs eqxrl a reduction over all gradients per update."""
 
     def network(env, key):
         return eqxrl.nn.MLPQNetwork(
@@ -378,13 +385,23 @@ def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
     print(f"  rejax config: {config}")
     our_run, our_compile = eqxrl_runner(ours)
     peer_run, peer_compile, peer_final = rejax_runner(name, total_timesteps)
+    doubled_run = None
+    if ours.gradient_steps > 1:
+        doubled_run, _ = eqxrl_runner(with_doubled_updates(ours))
+        doubled_run(0)
     our_run(0)  # warm-up
     peer_run(0)
-    ours_sps, peer_sps, ratios = [], [], []
+    ours_sps, peer_sps, ratios, update_seconds = [], [], [], []
     our_state = peer_state = None
     for seed in range(1, pairs + 1):
         seconds, our_state = our_run(seed)
         ours_sps.append(total_timesteps / seconds)
+        if doubled_run is not None:
+            doubled_seconds, _ = doubled_run(seed)
+            # The doubled run takes as many updates more as this one takes in all.
+            update_seconds.append(
+                (doubled_seconds - seconds) / int(our_state.num_updates)
+            )
         seconds, peer_state = peer_run(seed)
         peer_sps.append(total_timesteps / seconds)
         ratios.append(ours_sps[-1] / peer_sps[-1])
@@ -410,6 +427,29 @@ def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
         f"greedy return (128 episodes, last round): eqxrl {our_return:.1f}, rejax "
         f"{peer_final(peer_state, 123):.1f}"
     )
+    if not update_seconds:
+        return  # one update per iteration: it runs without a loop, doubling adds one
+    # What the updates alone allow: one update's time in situ (from the runs with
+    # twice the updates per iteration), times the updates per iteration.
+    update = statistics.median(update_seconds)
+    cap = ours.steps_per_iteration / (update * ours.gradient_steps)
+    print(
+        f"  one update (median over rounds of the run with {2 * ours.gradient_steps} "
+        f"updates per iteration minus this one): {update * 1e6:.0f} us; "
+        f"{ours.gradient_steps} per iteration alone allow at most {cap:,.0f} steps/s "
+        f"= {cap / statistics.median(peer_sps):.1f}x rejax's median"
+    )
+
+
+def with_doubled_updates(algorithm):
+    """`algorithm` with twice the gradient steps per iteration, and twice the
+    target-update interval unless it is 1 (then a target update follows every update
+    and is part of its cost): the added run time is that of the added updates."""
+    fields = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(algorithm)}
+    fields["gradient_steps"] = 2 * algorithm.gradient_steps
+    if algorithm.target_update_interval != 1:
+        fields["target_update_interval"] = 2 * algorithm.target_update_interval
+    return type(algorithm)(**fields)
 
 
 # --------------------------------------------------------------------------------------
