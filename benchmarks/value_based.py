@@ -221,8 +221,8 @@ def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
     100 per step of all envs, dueling 64x64 swish network, Polyak 0.98 once per
     iteration, 1-step targets, squared loss (an infinite Huber threshold), lr
     1e-3. rejax's `max_grad_norm=10` is `optax.clip(10)`, each gradient entry clipped
-    to [-10, 10]; eqxrl clips the global norm at 10 instead (no per-entry clipping),
-    which costs eqxrl a reduction over all gradients per update."""
+    to [-10, 10]; eqxrl clips the global norm at 10 instead, which costs eqxrl a
+    reduction over all gradients per update."""
 
     def network(env, key):
         return eqxrl.nn.MLPQNetwork(
