@@ -97,7 +97,7 @@ def test_spaces():
         eqxrl.envs.Box(1.0, -1.0)
 
 
-def test_step_with_auto_reset_matches_auto_reset():
+def test_vmapped_auto_reset_resets_only_the_ended_episodes():
     env = EpisodeStatistics(TimeLimit(CartPole(), 500))
     num_envs = 6
     keys = jr.split(jr.key(0), num_envs)
@@ -108,41 +108,44 @@ def test_step_with_auto_reset_matches_auto_reset():
     states = eqx.tree_at(lambda s: s.env_state.env_state.physics, states, physics)
     actions = jnp.ones(num_envs, jnp.int32)
     step_keys = jr.split(jr.key(1), num_envs)
-    reset_keys = jr.split(jr.key(2), num_envs)
-    lazy_states, lazy = eqxrl.envs.step_with_auto_reset(
-        env, states, actions, step_keys, reset_keys
-    )
-    _, eager = jax.vmap(AutoReset(env).step)(states, actions, step_keys)
-    done = np.asarray(eager.terminated)
+    next_states, timestep = jax.vmap(AutoReset(env).step)(states, actions, step_keys)
+    # What the environment itself does on this step (AutoReset steps it with the
+    # first half of each key).
+    inner_keys = jax.vmap(lambda key: jr.split(key)[0])(step_keys)
+    _, stepped = jax.vmap(env.step)(states, actions, inner_keys)
+    done = np.asarray(stepped.terminated)
     assert done.tolist() == [True] * 3 + [False] * 3
     for name in ("reward", "terminated", "truncated"):
-        np.testing.assert_array_equal(getattr(lazy, name), getattr(eager, name))
-    for name, values in eager.extras.items():
-        np.testing.assert_array_equal(lazy.extras[name], values, err_msg=name)
-    observation = np.asarray(lazy.observation)
+        np.testing.assert_array_equal(getattr(timestep, name), getattr(stepped, name))
     np.testing.assert_array_equal(
-        observation[~done], np.asarray(eager.observation)[~done]
+        timestep.extras["final_observation"], stepped.observation
+    )
+    np.testing.assert_array_equal(
+        timestep.extras["episode_return"], stepped.extras["episode_return"]
+    )
+    observation = np.asarray(timestep.observation)
+    np.testing.assert_array_equal(
+        observation[~done], np.asarray(stepped.observation)[~done]
     )
     assert np.abs(observation[done]).max() <= 0.05  # fresh resets
-    assert (np.asarray(lazy_states.episode_length)[done] == 0).all()
-    assert (np.asarray(lazy_states.episode_length)[~done] == 1).all()
+    assert (np.asarray(next_states.episode_length)[done] == 0).all()
+    assert (np.asarray(next_states.episode_length)[~done] == 1).all()
 
 
-def test_step_with_auto_reset_under_vmap_resets_lazily():
-    """Vmapped over seeds, each member steps as it would alone (resetting only its
-    own ended episodes), and the resets stay behind one `lax.cond` on the whole
-    vmapped batch instead of becoming a select that computes them every step."""
-    env = EpisodeStatistics(TimeLimit(CartPole(), 500))
+def test_auto_reset_under_vmap_resets_lazily():
+    """Vmapped over seeds of vmapped environments, each member steps as it would
+    alone (resetting only its own ended episodes), and the resets stay behind one
+    `lax.cond` on the whole batch instead of becoming a select that computes them
+    at every step."""
+    env = AutoReset(EpisodeStatistics(TimeLimit(CartPole(), 500)))
     num_seeds, num_envs = 3, 4
 
     def reset(key):
-        return jax.vmap(AutoReset(env).reset)(jr.split(key, num_envs))
+        return jax.vmap(env.reset)(jr.split(key, num_envs))
 
     def step(states, key):
-        step_keys, reset_keys = jnp.split(jr.split(key, 2 * num_envs), 2)
-        return eqxrl.envs.step_with_auto_reset(
-            env, states, jnp.ones(num_envs, jnp.int32), step_keys, reset_keys
-        )
+        actions = jnp.ones(num_envs, jnp.int32)
+        return jax.vmap(env.step)(states, actions, jr.split(key, num_envs))
 
     states, _ = jax.vmap(reset)(jr.split(jr.key(0), num_seeds))
     # Only seed 1 has an environment at the edge: it ends on this step.
@@ -159,58 +162,27 @@ def test_step_with_auto_reset_under_vmap_resets_lazily():
             batched_states.episode_length[seed], alone_states.episode_length
         )
     jaxpr = str(jax.make_jaxpr(jax.vmap(step))(states, keys))
-    assert "cond[" in jaxpr
+    assert "cond[" in jaxpr  # a batched predicate would have become a select
 
 
-class _HiddenObservation(eqxrl.envs.AbstractWrapper):
-    """Forwards everything except `observation(state)`."""
-
-    env: eqxrl.envs.AbstractEnvironment
-
-    @property
-    def observation_space(self):
-        return self.env.observation_space
-
-    @property
-    def action_space(self):
-        return self.env.action_space
-
-    def reset(self, key):
-        return self.env.reset(key)
-
-    def step(self, state, action, key):
-        return self.env.step(state, action, key)
-
-
-def test_auto_reset_builds_the_observation_from_the_selected_state():
+def test_auto_reset_of_snake_gives_fresh_games():
     snake = eqxrl.envs.Snake(height=3, width=3)  # random play dies within steps
-    assert EpisodeStatistics(TimeLimit(snake, 9)).has_state_observation
-    assert AutoReset(snake).has_state_observation
-    assert not CartPole().has_state_observation
-    assert not _HiddenObservation(snake).has_state_observation
-    with pytest.raises(NotImplementedError):
-        CartPole().observation(CartPole().reset(jr.key(0))[0])
+    env = AutoReset(EpisodeStatistics(snake))
+    state, _ = env.reset(jr.key(0))
 
-    def play(env):
-        env = AutoReset(EpisodeStatistics(env))
-        state, _ = env.reset(jr.key(0))
+    def step(state, key):
+        action_key, step_key = jr.split(key)
+        action = jr.randint(action_key, (), 0, 4)
+        return env.step(state, action, step_key)
 
-        def step(state, key):
-            action_key, step_key = jr.split(key)
-            action = jr.randint(action_key, (), 0, 4)
-            return env.step(state, action, step_key)
-
-        return jax.lax.scan(step, state, jr.split(jr.key(1), 200))[1]
-
-    ours, reference = play(snake), play(_HiddenObservation(snake))
-    done = np.asarray(ours.terminated | ours.truncated)
+    _, timesteps = jax.lax.scan(step, state, jr.split(jr.key(1), 200))
+    done = np.asarray(timesteps.terminated | timesteps.truncated)
     assert done.sum() >= 10
-    for field in ("observation", "action_mask", "reward", "terminated"):
-        np.testing.assert_array_equal(
-            getattr(ours, field), getattr(reference, field), err_msg=field
-        )
-    np.testing.assert_array_equal(
-        ours.extras["final_observation"], reference.extras["final_observation"]
-    )
-    # On reset steps the observation is a fresh game's: one head and one food.
-    assert (np.asarray(ours.observation)[done].sum(axis=(1, 2)) == [1, 0, 1]).all()
+    # On reset steps the observation is a fresh game's: one head and one food, and
+    # every move is allowed; the final observation is the game that ended.
+    observations = np.asarray(timesteps.observation)
+    assert (observations[done].sum(axis=(1, 2)) == [1, 0, 1]).all()
+    assert np.asarray(timesteps.action_mask)[done].all()
+    final = np.asarray(timesteps.extras["final_observation"])
+    np.testing.assert_array_equal(final[~done], observations[~done])
+    assert (final[done] != observations[done]).any()

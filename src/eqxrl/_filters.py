@@ -4,7 +4,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import equinox as eqx
+import jax
 import jax.lax as lax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool
 
 Carry = TypeVar("Carry")
 Output = TypeVar("Output")
@@ -35,3 +38,25 @@ def filter_scan(
 
     final_dynamic, outputs = lax.scan(scan_body, dynamic_init, xs, length=length)
     return eqx.combine(final_dynamic, static), outputs
+
+
+@jax.custom_batching.custom_vmap
+def any_in_vmapped_batch(flag: Bool[Array, ""]) -> Bool[Array, ""]:
+    """`flag` itself; under `vmap`, whether it holds for any member of the batch, as
+    one unbatched boolean.
+
+    For the predicate of a `lax.cond` that should stay a conditional when the code
+    around it is vmapped (over environments, seeds or hyperparameters): with a
+    batched predicate, `vmap` turns a `lax.cond` into a select that runs both
+    branches for every member. With this one, the branch runs for the whole batch
+    when any member needs it, and the members that did not need it must ignore its
+    result (select on their own `flag`).
+    """
+    return flag
+
+
+@any_in_vmapped_batch.def_vmap
+def _any_in_vmapped_batch_rule(axis_size, in_batched, flag):
+    del axis_size
+    (batched,) = in_batched
+    return (jnp.any(flag) if batched else flag), False

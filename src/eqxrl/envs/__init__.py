@@ -1,7 +1,13 @@
 """Environments: the core types, wrappers, spaces, the built-in environments and
 adapters to and from gymnax and gymnasium."""
 
+from .._filters import any_in_vmapped_batch as any_in_vmapped_batch
 from ._cartpole import CartPole as CartPole, CartPoleState as CartPoleState
+from ._checks import (
+    check_action as check_action,
+    check_environment as check_environment,
+    skip_action_checks as skip_action_checks,
+)
 from ._environment import (
     AbstractEnvironment as AbstractEnvironment,
     AbstractWrapper as AbstractWrapper,
@@ -37,5 +43,4 @@ from ._wrappers import (
     RescaleAction as RescaleAction,
     TimeLimit as TimeLimit,
     TimeLimitState as TimeLimitState,
-    step_with_auto_reset as step_with_auto_reset,
 )

@@ -3,10 +3,12 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, UInt8
 
 from .._config import float32
+from ._checks import check_action
 from ._environment import AbstractEnvironment
+from ._render import disc, line_segment, paint, rectangle
 from ._spaces import Box, Discrete
 from ._types import TimeStep
 
@@ -95,6 +97,7 @@ class CartPole(AbstractEnvironment[CartPoleState]):
         self, state: CartPoleState, action: Int[ArrayLike, ""], key: PRNGKeyArray
     ) -> tuple[CartPoleState, TimeStep]:
         del key  # deterministic dynamics
+        action = check_action(self.action_space, action, "CartPole.step")
         force = jnp.where(action == 1, self.force_magnitude, -self.force_magnitude)
         cos_theta = jnp.cos(state.theta)
         sin_theta = jnp.sin(state.theta)
@@ -114,6 +117,47 @@ class CartPole(AbstractEnvironment[CartPoleState]):
             jnp.abs(next_state.theta) > self.theta_threshold
         )
         return next_state, self._timestep(next_state, jnp.float32(1.0), terminated)
+
+    def render(
+        self, state: CartPoleState, width: int = 300
+    ) -> UInt8[Array, "image_height image_width 3"]:
+        """Draw a state as an RGB image, in pure `jax.numpy` (as gymnasium draws
+        CartPole-v1: the track spans the positions that do not terminate).
+
+        **Arguments:**
+
+        - `state`: a cart-pole state.
+        - `width`: the image width in pixels (a Python int, at least 60); the
+          height is two thirds of it.
+
+        **Returns:**
+
+        uint8 `[2 * width // 3, width, 3]`.
+        """
+        if not isinstance(width, int) or width < 60:
+            raise ValueError(f"CartPole.render: width={width!r} must be an int >= 60.")
+        height = 2 * width // 3
+        scale = width / (2 * self.x_threshold)  # pixels per metre
+        cart_width, cart_height, pole_width = width / 12, width / 20, width / 60
+        track_row = 0.7 * height
+        cart_x = width / 2 + state.x * scale
+        pivot = jnp.stack([cart_x, jnp.asarray(track_row - cart_height, jnp.float32)])
+        direction = jnp.stack([jnp.sin(state.theta), -jnp.cos(state.theta)])
+        pole_end = pivot + direction * (2 * self.pole_half_length * scale)
+        image = jnp.full((height, width, 3), 255, jnp.uint8)
+        image = paint(image, rectangle(height, width, track_row, 0.0, 1.0, width), 0)
+        cart = rectangle(
+            height,
+            width,
+            track_row - cart_height,
+            cart_x - cart_width / 2,
+            cart_height,
+            cart_width,
+        )
+        image = paint(image, cart, 0)
+        pole = line_segment(height, width, pivot, pole_end, pole_width / 2)
+        image = paint(image, pole, (202, 152, 101))
+        return paint(image, disc(height, width, pivot, pole_width / 2), (129, 132, 203))
 
     def _timestep(self, state: CartPoleState, reward, terminated) -> TimeStep:
         return TimeStep(

@@ -2,7 +2,8 @@ import abc
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
-from jaxtyping import PRNGKeyArray, PyTree
+import jax
+from jaxtyping import Array, PRNGKeyArray, PyTree, UInt8
 
 from ._spaces import AbstractSpace
 from ._types import TimeStep
@@ -17,6 +18,14 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
     `jax.vmap` over an environment with batched fields randomizes the domain) and
     implement `reset`, `step` and the two spaces. Batch them with `jax.vmap`; end
     episodes with [`AutoReset`][eqxrl.envs.AutoReset] when a trainer needs it.
+    [`check_environment`][eqxrl.envs.check_environment] checks that an
+    implementation keeps the contract (the algorithms run it when they are built).
+
+    `jax.jit(env.step)` and `jax.jit(env.reset)` work as with gymnax: the
+    environment is hashed by identity and its array fields are compiled in as
+    constants. `eqx.filter_jit` (or passing the environment as an argument) keeps
+    them as inputs instead, so that one compilation serves environments that differ
+    only in their array fields.
 
     !!! example
 
@@ -26,6 +35,21 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
         state, timestep = env.step(state, jnp.int32(1), jax.random.key(1))
         ```
     """
+
+    def __hash__(self) -> int:
+        # Equinox hashes a module by its fields, and array fields are unhashable;
+        # `jax.jit(env.step)` hashes the bound method, hence the environment.
+        # Identity is a valid hash: equal-but-distinct environments only miss
+        # each other's compilation cache. An environment with traced fields (one
+        # passed into a compiled function) stays unhashable: JAX's caches compare
+        # keys of equal hash, and comparing traced fields has no Python answer.
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(self)):
+            raise TypeError(
+                f"{type(self).__name__} with traced fields is not hashable: inside "
+                "a compiled function, call its methods directly or through "
+                "eqx.filter_jit rather than jax.jit."
+            )
+        return id(self)
 
     @abc.abstractmethod
     def reset(self, key: PRNGKeyArray) -> tuple[StateT, TimeStep]:
@@ -58,17 +82,14 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
         its result is unspecified: reset it (or wrap in `AutoReset`).
         """
 
-    def observation(self, state: StateT) -> PyTree[Any]:
-        """The observation of a state (optional).
+    def render(self, state: StateT) -> UInt8[Array, "height width 3"]:
+        """Draw a state as an RGB image, in pure `jax.numpy` (optional).
 
-        Environments whose observation is a function of the state alone may
-        implement it; `reset` and `step` must then return `observation(state)` as
-        their timestep's observation. [`AutoReset`][eqxrl.envs.AutoReset] uses it
-        to build one observation per step, of the state after the reset select,
-        instead of building the stepped and the reset observations and selecting
-        between them: much cheaper when observations are large (e.g. Snake's
-        board). The default raises `NotImplementedError`; see
-        `has_state_observation`.
+        Environments that implement it can be watched: `eqxrl eval RUN --gif`, the
+        [`Trainer`][eqxrl.Trainer]'s `eval.gif`,
+        [`record_episodes`][eqxrl.training.record_episodes]. Implementations are
+        jit- and vmap-able (`jax.vmap(env.render)(states)` draws a batch of frames
+        inside a compiled program). The default raises `NotImplementedError`.
 
         **Arguments:**
 
@@ -76,17 +97,12 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
 
         **Returns:**
 
-        The observation `reset` or `step` returned with `state`.
+        uint8 `[height, width, 3]`.
         """
         raise NotImplementedError(
-            f"{type(self).__name__} does not implement observation(state)."
+            f"{type(self).__name__} does not implement render(state), so there is "
+            "nothing to draw."
         )
-
-    @property
-    def has_state_observation(self) -> bool:
-        """Whether `observation(state)` is implemented (`True` when a subclass
-        overrides it; wrappers answer for the environment they wrap)."""
-        return type(self).observation is not AbstractEnvironment.observation
 
     @property
     @abc.abstractmethod
@@ -103,10 +119,23 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
     """An environment built around another one, changing part of its behaviour.
 
     Wrappers compose, e.g. `AutoReset(EpisodeStatistics(TimeLimit(env, 500)))`.
-    The spaces are those of the wrapped environment unless a wrapper overrides them.
+    The spaces are those of the wrapped environment unless a wrapper overrides them;
+    `render` draws the wrapped environment's state (found with `inner_state`).
     """
 
     env: eqx.AbstractVar[AbstractEnvironment]
+
+    def inner_state(self, state: PyTree) -> PyTree:
+        """The wrapped environment's state inside this wrapper's state.
+
+        The default is the state itself, for wrappers that keep the wrapped state
+        as it is; wrappers that hold more (a step count, statistics) override it.
+        """
+        return state
+
+    def render(self, state: PyTree) -> UInt8[Array, "height width 3"]:
+        """The wrapped environment's drawing of the inner state."""
+        return self.env.render(self.inner_state(state))
 
     @property
     def observation_space(self) -> AbstractSpace:

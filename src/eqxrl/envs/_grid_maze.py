@@ -1,9 +1,11 @@
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8
 
+from ._checks import check_action
 from ._environment import AbstractEnvironment
+from ._render import disc, paint
 from ._spaces import Box, Discrete
 from ._types import TimeStep
 
@@ -80,9 +82,10 @@ class GridMaze(AbstractEnvironment[GridMazeState]):
         return state, self._timestep(state, jnp.float32(0.0), jnp.bool_(False))
 
     def step(
-        self, state: GridMazeState, action: Int[Array, ""], key: PRNGKeyArray
+        self, state: GridMazeState, action: Int[ArrayLike, ""], key: PRNGKeyArray
     ) -> tuple[GridMazeState, TimeStep]:
         del key
+        action = jnp.asarray(check_action(self.action_space, action, "GridMaze.step"))
         valid = self._action_mask(state.position)[action]
         target = state.position + jnp.asarray(_MOVES)[action]
         position = jnp.where(valid, target, state.position)
@@ -103,6 +106,37 @@ class GridMaze(AbstractEnvironment[GridMazeState]):
         rows = jnp.clip(targets[:, 0], 0, height - 1)
         columns = jnp.clip(targets[:, 1], 0, width - 1)
         return inside & ~self.walls[rows, columns]
+
+    def render(
+        self, state: GridMazeState, cell_pixels: int = 16
+    ) -> UInt8[Array, "image_height image_width 3"]:
+        """Draw a state as an RGB image, in pure `jax.numpy`: walls dark, the goal
+        green, the agent a blue disc.
+
+        **Arguments:**
+
+        - `state`: a maze state.
+        - `cell_pixels`: the side of one cell in pixels (a Python int, at least 4).
+
+        **Returns:**
+
+        uint8 `[height * cell_pixels, width * cell_pixels, 3]`.
+        """
+        if not isinstance(cell_pixels, int) or cell_pixels < 4:
+            raise ValueError(
+                f"GridMaze.render: cell_pixels={cell_pixels!r} must be an int >= 4."
+            )
+        grid = self._grid
+        colours = np.full((*grid.shape, 3), 235, np.uint8)
+        colours[grid == "#"] = (40, 44, 52)
+        colours[grid == "G"] = (90, 200, 110)
+        image = jnp.repeat(
+            jnp.repeat(jnp.asarray(colours), cell_pixels, 0), cell_pixels, 1
+        )
+        height, width = image.shape[:2]
+        centre = (state.position[::-1].astype(jnp.float32) + 0.5) * cell_pixels
+        agent = disc(height, width, centre, 0.35 * cell_pixels)
+        return paint(image, agent, (60, 110, 220))
 
     def _timestep(self, state: GridMazeState, reward, terminated) -> TimeStep:
         height, width = self._grid.shape

@@ -199,10 +199,9 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
     - `reset(key)` draws a seed from `key` and returns the initial observation of
       `env.reset(seed=seed)`, computed on a scratch instance; the state's episode is
       `-1` (no instance yet). This makes `reset` a pure function of `key` and cheap
-      to discard, which matters because [`AutoReset`][eqxrl.envs.AutoReset] resets
-      every environment on every step and keeps only the resets it needs (PPO, DQN
-      and IQN step through [`step_with_auto_reset`][eqxrl.envs.step_with_auto_reset]
-      instead, which calls `reset` only on steps where some episode ended).
+      to discard: [`AutoReset`][eqxrl.envs.AutoReset] (how PPO, DQN and IQN step
+      environments) resets every environment of a batch on steps where some
+      episode of the batch ended, and keeps only the resets it needs.
     - The first `step` of an episode takes an idle instance (or makes a new one),
       resets it with the same seed, so that it is in exactly the state whose
       observation `reset` returned (gymnasium's seeding makes `reset(seed=...)`
@@ -220,8 +219,8 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
       continuing from wherever the host environment is.
     - Reproducible in one process (seeds come from the keys) but nothing on the host
       is saved with a checkpoint: a restored state cannot continue its episode.
-    - Slower: a host call per step (two where an episode ends, or on every step
-      behind `AutoReset`), a Python loop over environments, and no parallelism; see
+    - Slower: a host call per step (two on steps where an episode ends), a Python
+      loop over environments, and no parallelism; see
       the benchmark
       `benchmarks/gymnasium_bridge.py`. Use it to migrate step by step, then port
       the environment to JAX.

@@ -3,10 +3,11 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, UInt8
 
 from .._config import float32
 from ._environment import AbstractEnvironment
+from ._render import disc, line_segment, paint
 from ._spaces import Box
 from ._types import TimeStep
 
@@ -73,6 +74,31 @@ class Pendulum(AbstractEnvironment[PendulumState]):
         theta_dot = jnp.clip(theta_dot, -self.max_speed, self.max_speed)
         next_state = PendulumState(state.theta + self.time_step * theta_dot, theta_dot)
         return next_state, self._timestep(next_state, -cost)
+
+    def render(
+        self, state: PendulumState, size: int = 200
+    ) -> UInt8[Array, "image_size image_size 3"]:
+        """Draw a state as an RGB image, in pure `jax.numpy`: the rod seen from the
+        front, upright at angle 0, turning counter-clockwise as the angle grows.
+
+        **Arguments:**
+
+        - `state`: a pendulum state.
+        - `size`: the image side in pixels (a Python int, at least 40).
+
+        **Returns:**
+
+        uint8 `[size, size, 3]`.
+        """
+        if not isinstance(size, int) or size < 40:
+            raise ValueError(f"Pendulum.render: size={size!r} must be an int >= 40.")
+        centre = jnp.array([size / 2, size / 2], jnp.float32)
+        direction = jnp.stack([-jnp.sin(state.theta), -jnp.cos(state.theta)])
+        end = centre + direction * (0.4 * size)
+        image = jnp.full((size, size, 3), 255, jnp.uint8)
+        rod = line_segment(size, size, centre, end, size / 40)
+        image = paint(image, rod, (204, 77, 77))
+        return paint(image, disc(size, size, centre, size / 60), 0)
 
     def _timestep(self, state: PendulumState, reward) -> TimeStep:
         observation = jnp.stack(

@@ -4,6 +4,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8, U
 
 from .._config import float32
 from .._random import random_bits
+from ._checks import check_action
 from ._environment import AbstractEnvironment
 from ._spaces import Box, Discrete
 from ._types import TimeStep
@@ -209,7 +210,8 @@ class Snake(AbstractEnvironment[SnakeState]):
     def step(
         self, state: SnakeState, action: Int[ArrayLike, ""], key: PRNGKeyArray
     ) -> tuple[SnakeState, TimeStep]:
-        action = jnp.asarray(action, jnp.int32)
+        action = jnp.asarray(check_action(self.action_space, action, "Snake.step"))
+        action = action.astype(jnp.int32)
         valid = (action != (state.direction + 2) % 4) | (state.length == 1)
         direction = jnp.where(valid, action, state.direction)
         row = state.head // self.width
@@ -295,9 +297,6 @@ class Snake(AbstractEnvironment[SnakeState]):
 
     def observation(self, state: SnakeState) -> Float[Array, "height width 3"]:
         """The observation of a state (what `reset` and `step` return).
-
-        [`AutoReset`][eqxrl.envs.AutoReset] calls it once per step on the state
-        after its reset select, instead of selecting between two observations.
 
         **Arguments:**
 

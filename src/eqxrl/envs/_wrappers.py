@@ -5,8 +5,9 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, PyTree, UInt32
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
+from .._filters import any_in_vmapped_batch
 from .._random import split
 from ._environment import AbstractEnvironment, AbstractWrapper
 from ._spaces import Box
@@ -43,12 +44,8 @@ class TimeLimit(AbstractWrapper[TimeLimitState]):
                 "the limit must be at least 1."
             )
 
-    @property
-    def has_state_observation(self) -> bool:
-        return self.env.has_state_observation
-
-    def observation(self, state: TimeLimitState) -> PyTree:
-        return self.env.observation(state.env_state)
+    def inner_state(self, state: TimeLimitState) -> PyTree:
+        return state.env_state
 
     def reset(self, key: PRNGKeyArray) -> tuple[TimeLimitState, TimeStep]:
         env_state, timestep = self.env.reset(key)
@@ -87,12 +84,8 @@ class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
 
     env: AbstractEnvironment
 
-    @property
-    def has_state_observation(self) -> bool:
-        return self.env.has_state_observation
-
-    def observation(self, state: EpisodeStatisticsState) -> PyTree:
-        return self.env.observation(state.env_state)
+    def inner_state(self, state: EpisodeStatisticsState) -> PyTree:
+        return state.env_state
 
     def reset(self, key: PRNGKeyArray) -> tuple[EpisodeStatisticsState, TimeStep]:
         env_state, timestep = self.env.reset(key)
@@ -128,59 +121,77 @@ class AutoReset(AbstractWrapper):
     `observation` on every other step), which is what a value function must see to
     bootstrap through a truncation.
 
-    If the environment implements `observation(state)` (see
-    [`AbstractEnvironment.observation`][eqxrl.envs.AbstractEnvironment.observation]),
-    the returned observation is built once, from the state after the reset select;
-    otherwise the stepped and the reset observations are selected between.
+    The reset is lazy: it runs in a `lax.cond`, only on steps where the episode
+    ended. Under `vmap` (environments, seeds, hyperparameters) the condition is
+    whether any member of the batch ended its episode
+    ([`any_in_vmapped_batch`][eqxrl.envs.any_in_vmapped_batch]), so the cond stays a
+    cond instead of becoming a select that resets every environment at every step:
+    resets are rare, and would otherwise double the cost of a cheap environment's
+    step. This is how PPO, DQN and IQN step their environments:
+    `jax.vmap(AutoReset(env).step)`.
 
     **Arguments:**
 
     - `env`: the environment to wrap.
+    - `on_episode_end`: optional `function(final_timestep) -> pytree of arrays`,
+      for work needed only when an episode ends (PPO passes its critic, to value the
+      final observation of a truncated episode). It runs in the same branch as the
+      reset, so it costs nothing on other steps; its output is
+      `extras["episode_end"]`, zeros on steps where the episode goes on (and after
+      `reset`).
     """
 
     env: AbstractEnvironment
-
-    @property
-    def has_state_observation(self) -> bool:
-        return self.env.has_state_observation
-
-    def observation(self, state: PyTree) -> PyTree:
-        return self.env.observation(state)
+    on_episode_end: Callable[[TimeStep], PyTree] | None = eqx.field(
+        static=True, default=None
+    )
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         state, timestep = self.env.reset(key)
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
+        if self.on_episode_end is not None:
+            extras["episode_end"] = self._nothing(timestep)
         return state, eqx.tree_at(lambda t: t.extras, timestep, extras)
+
+    def _nothing(self, timestep: TimeStep) -> PyTree:
+        """Zeros shaped like `on_episode_end`'s output."""
+        shapes = jax.eval_shape(self.on_episode_end, timestep)
+        return jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
     def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         step_key, reset_key = split(key)
         state, timestep = self.env.step(state, action, step_key)
-        reset_state, reset_timestep = self.env.reset(reset_key)
         done = timestep.terminated | timestep.truncated
+        stepped = (state, timestep.observation, timestep.action_mask)
+        hook = self.on_episode_end
+        nothing = None if hook is None else self._nothing(timestep)
 
-        def select(reset_leaf: Array, leaf: Array) -> Array:
-            return jnp.where(done, reset_leaf, leaf)
+        def reset_where_done():
+            reset_state, reset_timestep = self.env.reset(reset_key)
+            fresh = (
+                reset_state,
+                reset_timestep.observation,
+                reset_timestep.action_mask,
+            )
+            selected = jtu.tree_map(
+                lambda new, old: jnp.where(done, new, old), fresh, stepped
+            )
+            return selected, (None if hook is None else hook(timestep))
 
+        (next_state, observation, action_mask), episode_end = lax.cond(
+            any_in_vmapped_batch(done), reset_where_done, lambda: (stepped, nothing)
+        )
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
-        next_state = jtu.tree_map(select, reset_state, state)
-        if self.env.has_state_observation:
-            # One observation, of the state after the select, rather than two and
-            # a select of them: much cheaper for large observations (Snake's board).
-            observation = self.env.observation(next_state)
-        else:
-            observation = jtu.tree_map(
-                select, reset_timestep.observation, timestep.observation
-            )
+        if hook is not None:
+            extras["episode_end"] = episode_end
         timestep = TimeStep(
             observation=observation,
             reward=timestep.reward,
             terminated=timestep.terminated,
             truncated=timestep.truncated,
-            action_mask=jtu.tree_map(
-                select, reset_timestep.action_mask, timestep.action_mask
-            ),
+            action_mask=action_mask,
             extras=extras,
         )
         return next_state, timestep
@@ -202,13 +213,6 @@ class ClipAction(AbstractWrapper):
     def __check_init__(self):
         if not isinstance(self.env.action_space, Box):
             raise ValueError("ClipAction needs an environment with a Box action space.")
-
-    @property
-    def has_state_observation(self) -> bool:
-        return self.env.has_state_observation
-
-    def observation(self, state: PyTree) -> PyTree:
-        return self.env.observation(state)
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
         return self.env.reset(key)
@@ -251,13 +255,6 @@ class RescaleAction(AbstractWrapper):
             )
 
     @property
-    def has_state_observation(self) -> bool:
-        return self.env.has_state_observation
-
-    def observation(self, state: PyTree) -> PyTree:
-        return self.env.observation(state)
-
-    @property
     def action_space(self) -> Box:
         return Box(self.low, self.high, shape=self.env.action_space.shape)
 
@@ -274,112 +271,3 @@ class RescaleAction(AbstractWrapper):
         return self.env.step(
             state, space.low + fraction * (space.high - space.low), key
         )
-
-
-# One PRNG key per environment: typed keys, or legacy uint32 keys.
-BatchedKeys = Key[Array, " num_envs"] | UInt32[Array, "num_envs 2"]
-
-
-def step_with_auto_reset(
-    env: AbstractEnvironment,
-    state: PyTree,
-    action: PyTree,
-    step_keys: BatchedKeys,
-    reset_keys: BatchedKeys,
-) -> tuple[PyTree, TimeStep]:
-    """`jax.vmap(AutoReset(env).step)` for a batch of environments, resetting lazily.
-
-    The same result as stepping every environment through
-    [`AutoReset`][eqxrl.envs.AutoReset] (up to which keys draw the resets), but the
-    batch of resets is computed only on steps where some environment's episode
-    ended (a `lax.cond` on the whole batch). Resets are rare, so this saves most of
-    the reset work, which otherwise doubles the cost of a cheap environment's step.
-    Under a further `vmap` (e.g. over seeds or hyperparameters) the condition is
-    reduced over the whole vmapped batch, so it stays a `lax.cond` (run when an
-    episode ended anywhere) instead of becoming a select that resets at every step.
-
-    **Arguments:**
-
-    - `env`: the (unbatched, not auto-resetting) environment.
-    - `state`, `action`: batched over a leading `num_envs` axis.
-    - `step_keys`, `reset_keys`: one PRNG key per environment, for the step and for
-      a possible reset.
-
-    **Returns:**
-
-    `(state, timestep)` batched, with `extras["final_observation"]` as `AutoReset`
-    sets it.
-    """
-    next_state, timestep, _ = step_with_lazy_resets(
-        env, state, action, step_keys, reset_keys
-    )
-    return next_state, timestep
-
-
-@jax.custom_batching.custom_vmap
-def _any_in_vmapped_batch(flag: Bool[Array, ""]) -> Bool[Array, ""]:
-    """`flag`; under `vmap`, whether it holds for any member of the batch, as one
-    unbatched boolean. A `lax.cond` on it stays a conditional under `vmap`, where a
-    batched predicate would turn it into a select that runs both branches."""
-    return flag
-
-
-@_any_in_vmapped_batch.def_vmap
-def _any_in_vmapped_batch_rule(axis_size, in_batched, flag):
-    del axis_size
-    (batched,) = in_batched
-    return (jnp.any(flag) if batched else flag), False
-
-
-def step_with_lazy_resets(
-    env: AbstractEnvironment,
-    state: PyTree,
-    action: PyTree,
-    step_keys: BatchedKeys,
-    reset_keys: BatchedKeys,
-    on_episode_end: Callable[[TimeStep], PyTree] | None = None,
-) -> tuple[PyTree, TimeStep, PyTree]:
-    """`step_with_auto_reset`, plus `on_episode_end(final_timestep)` (of the batch,
-    before the resets) evaluated in the same `lax.cond` branch as the resets, so
-    work needed only when an episode ends costs nothing on other steps. Returns
-    its output, or zeros of the same structure on steps where no episode ended
-    (`None` without `on_episode_end`)."""
-    state, timestep = jax.vmap(env.step)(state, action, step_keys)
-    done = timestep.terminated | timestep.truncated
-    resettable = (state, timestep.observation, timestep.action_mask)
-    if on_episode_end is None:
-        nothing = None
-    else:
-        nothing = jtu.tree_map(
-            lambda leaf: jnp.zeros(leaf.shape, leaf.dtype),
-            jax.eval_shape(on_episode_end, timestep),
-        )
-
-    def with_resets():
-        reset_state, reset_timestep = jax.vmap(env.reset)(reset_keys)
-
-        def select(reset_leaf: Array, leaf: Array) -> Array:
-            mask = done.reshape(done.shape + (1,) * (leaf.ndim - 1))
-            return jnp.where(mask, reset_leaf, leaf)
-
-        fresh = (reset_state, reset_timestep.observation, reset_timestep.action_mask)
-        selected = jtu.tree_map(select, fresh, resettable)
-        if on_episode_end is None:
-            return selected, nothing
-        return selected, on_episode_end(timestep)
-
-    (next_state, observation, action_mask), episode_end_output = lax.cond(
-        _any_in_vmapped_batch(jnp.any(done)),
-        with_resets,
-        lambda: (resettable, nothing),
-    )
-    extras = dict(timestep.extras)
-    extras["final_observation"] = timestep.observation
-    # Batched leaves: replace fields in place (the constructor checks one example).
-    timestep = eqx.tree_at(
-        lambda t: (t.observation, t.action_mask, t.extras),
-        timestep,
-        (observation, action_mask, extras),
-        is_leaf=lambda x: x is None,
-    )
-    return next_state, timestep, episode_end_output

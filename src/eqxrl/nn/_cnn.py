@@ -1,5 +1,6 @@
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -90,12 +91,7 @@ class CNNActorCritic(AbstractActorCritic):
         network = eqxrl.nn.CNNActorCritic(
             env.observation_space.shape, 4, key=jax.random.key(0)
         )
-        ppo = eqxrl.PPO(
-            env=env,
-            network_factory=lambda env, key: eqxrl.nn.CNNActorCritic(
-                env.observation_space.shape, env.action_space.num_values, key=key
-            ),
-        )
+        ppo = eqxrl.PPO(env=env, network_factory=eqxrl.nn.CNNActorCritic.from_env)
         ```
     """
 
@@ -103,6 +99,20 @@ class CNNActorCritic(AbstractActorCritic):
     dense: eqx.nn.Linear
     actor: eqx.nn.Linear
     critic: eqx.nn.Linear
+
+    @classmethod
+    def from_env(cls, env: Any, key: PRNGKeyArray) -> "CNNActorCritic":
+        """The network with default sizes for an environment's grid observations
+        and discrete actions: a `network_factory` for PPO that checkpoints, configs
+        and `eqxrl eval` can name (a lambda cannot be rebuilt from a file).
+
+        **Arguments:**
+
+        - `env`: an environment with `[height, width, channels]` observations and a
+          `Discrete` action space.
+        - `key`: a PRNG key for the initial weights.
+        """
+        return cls(env.observation_space.shape, env.action_space.num_values, key=key)
 
     def __init__(
         self,

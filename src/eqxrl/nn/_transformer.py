@@ -1,4 +1,5 @@
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -92,6 +93,20 @@ class GridTransformerActorCritic(AbstractActorCritic):
     final_norm: eqx.nn.LayerNorm
     actor: eqx.nn.Linear
     critic: eqx.nn.Linear
+
+    @classmethod
+    def from_env(cls, env: Any, key: PRNGKeyArray) -> "GridTransformerActorCritic":
+        """The network with default sizes for an environment's grid observations
+        and discrete actions: a `network_factory` for PPO that checkpoints, configs
+        and `eqxrl eval` can name (a lambda cannot be rebuilt from a file).
+
+        **Arguments:**
+
+        - `env`: an environment with `[height, width, channels]` observations and a
+          `Discrete` action space.
+        - `key`: a PRNG key for the initial weights.
+        """
+        return cls(env.observation_space.shape, env.action_space.num_values, key=key)
 
     def __init__(
         self,

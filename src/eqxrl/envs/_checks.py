@@ -1,0 +1,242 @@
+"""Checks of what environments are given and what they return: actions in range, and
+the contract between `reset`, `step` and the spaces."""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array, ArrayLike, Int
+
+from ._environment import AbstractEnvironment, AbstractWrapper
+from ._spaces import AbstractSpace, Box, Discrete
+from ._types import TimeStep
+
+_SKIP_ACTION_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "eqxrl_skip_action_checks", default=False
+)
+
+
+@contextlib.contextmanager
+def skip_action_checks() -> Iterator[None]:
+    """Trace-time: environments traced inside skip
+    [`check_action`][eqxrl.envs.check_action].
+
+    For code whose actions are valid by construction. PPO, DQN and IQN trace their
+    rollouts inside it: their policies sample from distributions over exactly the
+    action space (checked when the algorithm is built), so the check would only
+    add a conditional to every step.
+
+    !!! example
+
+        ```python
+        with eqxrl.envs.skip_action_checks():
+            state, timestep = jax.jit(env.step)(state, action, key)  # traced here
+        ```
+    """
+    token = _SKIP_ACTION_CHECKS.set(True)
+    try:
+        yield
+    finally:
+        _SKIP_ACTION_CHECKS.reset(token)
+
+
+def check_action(
+    space: AbstractSpace, action: Int[ArrayLike, ""], where: str
+) -> Int[ArrayLike, ""]:
+    """`action`, after checking that it lies in a `Discrete` action space.
+
+    The built-in environments call it at the start of `step`, so that an action such
+    as 7 or -1 is an error instead of being read as some valid action. A concrete
+    action that is out of range raises a `ValueError` at once; a traced one (inside
+    `jit` or `vmap`) goes through `eqx.error_if`, which raises when the compiled
+    program runs. Inside [`skip_action_checks`][eqxrl.envs.skip_action_checks] and
+    for spaces other than `Discrete`, `action` is returned unchecked.
+
+    **Arguments:**
+
+    - `space`: the environment's action space.
+    - `action`: the action given to `step`.
+    - `where`: the caller, for the message (e.g. `"CartPole.step"`).
+
+    **Returns:**
+
+    `action` (through `eqx.error_if` when traced: use the returned value).
+    """
+    if _SKIP_ACTION_CHECKS.get() or not isinstance(space, Discrete):
+        return action
+    valid = f"valid actions are the integers 0 to {space.num_values - 1}"
+    if not isinstance(action, jax.core.Tracer):
+        value = np.asarray(action)
+        if value.size == 1 and not 0 <= value.item() < space.num_values:
+            raise ValueError(
+                f"{where}: action {value.item()} is outside the action space "
+                f"Discrete({space.num_values}); {valid}."
+            )
+        return action
+    action = jnp.asarray(action)
+    return eqx.error_if(
+        action,
+        (action < 0) | (action >= space.num_values),
+        f"{where}: an action is outside the action space Discrete("
+        f"{space.num_values}); {valid}.",
+    )
+
+
+def describe(env: AbstractEnvironment) -> str:
+    """`TimeLimit(CartPole)`: the chain of wrappers by class name."""
+    if isinstance(env, AbstractWrapper):
+        return f"{type(env).__name__}({describe(env.env)})"
+    return type(env).__name__
+
+
+def _shape_text(leaf: Any) -> str:
+    if leaf is None:
+        return "None"
+    return f"{leaf.dtype}{list(leaf.shape)}"
+
+
+def _action_like(space: AbstractSpace) -> Any:
+    return eqx.filter_eval_shape(space.sample, jr.key(0))
+
+
+def check_environment(env: AbstractEnvironment) -> None:
+    """Check that an environment keeps the contract the algorithms rely on, without
+    running it (shapes and dtypes only, with `eqx.filter_eval_shape`).
+
+    - `reset(key)` and `step(state, action, key)` return a state and a
+      [`TimeStep`][eqxrl.envs.TimeStep];
+    - both return states of the same structure, shapes and dtypes, and TimeSteps
+      of the same structure, shapes and dtypes (`extras` keys included), so that
+      `(state, timestep)` can be carried through `lax.scan`;
+    - the observation has the shape of `observation_space`;
+    - with a `Discrete(n)` action space, the action mask is `None` or bool `[n]`.
+
+    PPO, DQN and IQN call it when they are built.
+
+    **Arguments:**
+
+    - `env`: the environment (wrapped or not).
+
+    **Raises:**
+
+    `ValueError` naming the method, the field and both shapes.
+
+    !!! example
+
+        ```python
+        eqxrl.envs.check_environment(MyEnvironment())
+        ```
+    """
+    name = describe(env)
+    key = jr.key(0)
+    reset_output = eqx.filter_eval_shape(env.reset, key)
+    _check_output(name, "reset", reset_output)
+    reset_state, reset_timestep = reset_output
+    step_output = eqx.filter_eval_shape(
+        env.step, reset_state, _action_like(env.action_space), key
+    )
+    _check_output(name, "step", step_output)
+    step_state, step_timestep = step_output
+
+    _compare(name, "state", reset_state, step_state)
+    for field in ("observation", "reward", "terminated", "truncated", "action_mask"):
+        _compare(
+            name,
+            f"timestep.{field}",
+            getattr(reset_timestep, field),
+            getattr(step_timestep, field),
+        )
+    reset_extras = sorted(reset_timestep.extras)
+    step_extras = sorted(step_timestep.extras)
+    if reset_extras != step_extras:
+        raise ValueError(
+            f"{name}: reset returns timestep.extras with keys {reset_extras} but step "
+            f"returns {step_extras}; return the same keys from both (e.g. zeros "
+            "from reset), so that (state, timestep) can be carried through a scan."
+        )
+    for extra in reset_extras:
+        _compare(
+            name,
+            f"timestep.extras[{extra!r}]",
+            reset_timestep.extras[extra],
+            step_timestep.extras[extra],
+        )
+
+    space = env.observation_space
+    observation = reset_timestep.observation
+    if isinstance(space, Box | Discrete) and isinstance(
+        observation, jax.ShapeDtypeStruct
+    ):
+        if tuple(observation.shape) != tuple(space.shape):
+            raise ValueError(
+                f"{name}: reset and step return observations of shape "
+                f"{tuple(observation.shape)} but observation_space has shape "
+                f"{tuple(space.shape)}; make them agree."
+            )
+    mask = reset_timestep.action_mask
+    actions = env.action_space
+    if mask is not None and isinstance(actions, Discrete):
+        if tuple(mask.shape) != (actions.num_values,) or mask.dtype != jnp.bool_:
+            raise ValueError(
+                f"{name}: timestep.action_mask is {_shape_text(mask)} but the action "
+                f"space is Discrete({actions.num_values}), which needs bool"
+                f"[{actions.num_values}] (True where an action is valid)."
+            )
+
+
+def _check_output(name: str, method: str, output: Any) -> None:
+    if (
+        not isinstance(output, tuple)
+        or len(output) != 2
+        or not isinstance(output[1], TimeStep)
+    ):
+        raise ValueError(
+            f"{name}.{method} must return (state, TimeStep), got "
+            f"{type(output).__name__}"
+            + (
+                f" of {', '.join(type(item).__name__ for item in output)}"
+                if isinstance(output, tuple)
+                else ""
+            )
+            + "."
+        )
+
+
+def _compare(name: str, what: str, from_reset: Any, from_step: Any) -> None:
+    """Same structure, shapes and dtypes, or a ValueError saying where they differ."""
+    reset_leaves, reset_structure = jtu.tree_flatten_with_path(
+        from_reset, is_leaf=lambda x: x is None
+    )
+    step_leaves, step_structure = jtu.tree_flatten_with_path(
+        from_step, is_leaf=lambda x: x is None
+    )
+    if reset_structure != step_structure:
+        raise ValueError(
+            f"{name}: reset and step return {what} of different structures "
+            f"({_structure_text(from_reset)} from reset, {_structure_text(from_step)} "
+            "from step); return the same structure from both."
+        )
+    for (path, a), (_, b) in zip(reset_leaves, step_leaves):
+        if (a is None) != (b is None) or (
+            a is not None
+            and (tuple(a.shape) != tuple(b.shape) or jnp.dtype(a.dtype) != b.dtype)
+        ):
+            where = what + jtu.keystr(path)
+            raise ValueError(
+                f"{name}: reset returns {where} as {_shape_text(a)} but step returns "
+                f"{_shape_text(b)}; return the same shape and dtype from both, so "
+                "that (state, timestep) can be carried through a scan."
+            )
+
+
+def _structure_text(tree: Any) -> str:
+    if tree is None or isinstance(tree, jax.ShapeDtypeStruct | Array):
+        return _shape_text(tree)
+    return str(jtu.tree_structure(tree, is_leaf=lambda x: x is None))
