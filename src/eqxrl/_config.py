@@ -1,7 +1,9 @@
 """Helpers for configuration fields shared by environments and algorithms."""
 
 import math
+from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
@@ -13,25 +15,53 @@ def float32(value: ArrayLike) -> Array:
     return jnp.asarray(value, dtype=jnp.float32)
 
 
-def optional_float32(value: ArrayLike | None) -> Array | None:
-    """Field converter: `None` kept (a setting switched off, a static choice), else
-    as [`float32`][eqxrl._config.float32]."""
-    return None if value is None else float32(value)
+def in_range(
+    name: str,
+    low: float,
+    high: float,
+    *,
+    finite: bool = False,
+    optional: bool = False,
+) -> Callable[[ArrayLike | None], Array | None]:
+    """Field converter for a sweepable number: a float32 scalar in `[low, high]`.
 
+    A concrete value outside the range (or NaN, or infinite with `finite`) raises a
+    `ValueError` at construction. A traced value (the algorithm built inside
+    `jax.vmap` or `jit`, for a sweep) cannot be checked then: it goes through
+    `eqx.error_if`, so the compiled program raises when it runs with such a value.
 
-def check_range(owner: str, name: str, value: Array, low: float, high: float) -> None:
-    """Raise a ValueError if a concrete scalar setting is outside `[low, high]`.
+    **Arguments:**
 
-    Inside `vmap`/`jit` the value is a tracer and cannot be checked eagerly; it is
-    then skipped.
+    - `name`: the field's name, for the message.
+    - `low`, `high`: the bounds (inclusive; `math.inf` for none).
+    - `finite`: reject infinite values even where `high` is `math.inf`.
+    - `optional`: keep `None` (a setting switched off).
     """
-    if isinstance(value, jax.core.Tracer):
-        return
-    if value.shape != ():
-        raise ValueError(
-            f"{owner}: {name} must be a scalar, got shape {value.shape}; to sweep over "
-            f"values, build {owner} inside jax.vmap."
-        )
-    number = float(value)
-    if not (low <= number <= high) or math.isnan(number):
-        raise ValueError(f"{owner}: {name}={number} must lie in [{low}, {high}].")
+    bounds = f"[{low:g}, {high:g}]"
+    if finite:
+        bounds += " and finite"
+
+    def convert(value: ArrayLike | None) -> Array | None:
+        if value is None and optional:
+            return None
+        value = float32(value)
+        if value.shape != ():
+            raise ValueError(
+                f"{name} must be a scalar, got shape {value.shape}; to sweep over "
+                "values, build the algorithm inside jax.vmap."
+            )
+        if isinstance(value, jax.core.Tracer):
+            outside = ~((value >= low) & (value <= high))  # NaN is outside
+            if finite:
+                outside = outside | ~jnp.isfinite(value)
+            return eqx.error_if(
+                value,
+                outside,
+                f"{name} must lie in {bounds}; a value swept over does not.",
+            )
+        number = float(value)
+        if not low <= number <= high or (finite and not math.isfinite(number)):
+            raise ValueError(f"{name}={number} must lie in {bounds}.")
+        return value
+
+    return convert

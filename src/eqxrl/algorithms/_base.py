@@ -6,6 +6,7 @@ from typing import Any, Generic, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import optax
 from jaxtyping import Array, Bool, PRNGKeyArray
 
 from .._filters import filter_scan
@@ -58,10 +59,12 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         on the CPU backend (512-bit vectors on CPUs with AVX-512) and `{}` elsewhere;
         algorithms add their own.
 
-        They apply when `train` is called outside of JAX transformations or under
-        `vmap` only: JAX accepts compiler options on top-level programs alone, so
-        inside a user's `jit`, `grad` or `scan` the run is compiled as part of the
-        enclosing program, with that program's options.
+        They apply when `train` is called outside of JAX transformations: JAX
+        accepts compiler options on top-level programs alone, so under `vmap`
+        (seeds, sweeps), a user's `jit` or `scan` the run is compiled as part of the
+        enclosing program, with that program's options. The
+        [`Trainer`][eqxrl.Trainer] always compiles with them, vmapped seeds
+        included.
         """
         return cpu_compiler_options() if jax.default_backend() == "cpu" else {}
 
@@ -150,6 +153,17 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         return train.lower(self, key, throw)  # type: ignore[attr-defined]
 
 
+def injected_learning_rate(optimizer_state: Any) -> Array:
+    """The step size an optimizer built with `optax.inject_hyperparams` used last,
+    read by name from its state (the array, not its schedule's state)."""
+    learning_rate = optax.tree_utils.tree_get(
+        optimizer_state,
+        "learning_rate",
+        filtering=lambda _, value: eqx.is_array(value),
+    )
+    return jnp.asarray(learning_rate, jnp.float32)
+
+
 def _error_if_diverged(name: str, state: StateT, diverged: Bool[Array, ""]) -> StateT:
     """`state`, through `eqx.error_if(diverged)`."""
     dynamic, static = eqx.partition(state, eqx.is_array)
@@ -196,47 +210,39 @@ def _host_has_avx512() -> bool:
         return False
 
 
-def jit_with_options(
-    function: Callable, compiler_options: dict[str, Any], **jit_kwargs: Any
-) -> Callable:
-    """`eqx.filter_jit(function, **jit_kwargs)`, compiled with `compiler_options` when
-    called where JAX accepts them (outside of transformations, or under `vmap` only);
-    one jitted function (so one compilation cache) per distinct set of options."""
+def jit_with_options(function: Callable, compiler_options: dict[str, Any]) -> Callable:
+    """`eqx.filter_jit(function)`, compiled with `compiler_options` when called at the
+    top level, the only place JAX accepts them: with concrete arguments (no
+    tracers) and not inside a user's `jit`. Under a transformation (`vmap` over
+    seeds, a sweep, a user's `jit`) it is compiled as part of the enclosing program,
+    without them. One jitted function (one compilation cache) per set of options."""
+    plain = _cached_jit(function, ())
     options = tuple(sorted(compiler_options.items()))
-    plain = _cached_jit(function, (), tuple(sorted(jit_kwargs.items())))
     if not options:
         return plain
-    tuned = _cached_jit(function, options, tuple(sorted(jit_kwargs.items())))
+    tuned = _cached_jit(function, options)
 
-    def chosen():
-        return tuned if _at_top_level() else plain
+    def call(*args: Any) -> Any:
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
+            return plain(*args)
+        try:
+            return tuned(*args)
+        except ValueError as error:
+            # Called with concrete arguments inside a user's `jit` (closed over):
+            # JAX refuses options on a nested jit when it stages the call.
+            if "compiler_options" not in str(error):
+                raise
+            return plain(*args)
 
-    def call(*args, **kwargs):
-        return chosen()(*args, **kwargs)
+    def lower(*args: Any) -> Any:
+        return tuned.lower(*args)  # type: ignore[attr-defined]
 
-    call.lower = lambda *args, **kwargs: chosen().lower(*args, **kwargs)  # type: ignore[attr-defined]
+    call.lower = lower  # type: ignore[attr-defined]
     return call
 
 
 @functools.cache
-def _cached_jit(function: Callable, options: tuple, jit_kwargs: tuple) -> Callable:
+def _cached_jit(function: Callable, options: tuple) -> Callable:
     if options:
-        return eqx.filter_jit(
-            function, compiler_options=dict(options), **dict(jit_kwargs)
-        )
-    return eqx.filter_jit(function, **dict(jit_kwargs))
-
-
-def _at_top_level() -> bool:
-    """Whether a jitted call here would be a top-level program (no enclosing
-    transformation but `vmap`), the only place JAX accepts compiler options."""
-    try:
-        from jax._src import core
-        from jax._src.interpreters import batching
-
-        trace = core.trace_ctx.trace
-        while isinstance(trace, batching.BatchTrace):
-            trace = trace.parent_trace
-        return isinstance(trace, core.EvalTrace)
-    except (ImportError, AttributeError):  # JAX internals moved: play safe
-        return False
+        return eqx.filter_jit(function, compiler_options=dict(options))
+    return eqx.filter_jit(function)

@@ -5,11 +5,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._config import check_range, float32, optional_float32
+from .._config import in_range
 from ..buffers import ReplaySample
-from ..envs import AbstractEnvironment
 from ..nn import AbstractQNetwork, MLPQNetwork, greedy_action
-from ._q_learning import AbstractQLearning, QNetworkFactory
+from ._q_learning import AbstractQLearning
 
 
 class DQN(AbstractQLearning):
@@ -35,37 +34,15 @@ class DQN(AbstractQLearning):
     `tau`, `max_grad_norm`, the exploration schedule) are float32 array leaves: build
     DQN inside `jax.vmap` over a batch of them to train a sweep in one compilation.
 
-    **Arguments:**
+    **Arguments:** those of [`AbstractQLearning`][eqxrl.algorithms.AbstractQLearning]
+    (`env`, `num_envs`, `total_timesteps`, `buffer_size`, `learning_starts`,
+    `train_frequency`, `gradient_steps`, `batch_size`, `n_step`,
+    `target_update_interval`, `tau`, `double_q`, `learning_rate`, `anneal_lr`,
+    `adam_eps`, `max_grad_norm`, `gamma`, the exploration schedule,
+    `hidden_sizes`, `dueling`, `network_factory`, which must return an
+    `AbstractQNetwork`), and:
 
-    - `env`: the environment (one, discrete actions, not auto-resetting: DQN adds
-      `AutoReset` and `EpisodeStatistics` itself).
-    - `num_envs`: environments stepped in parallel.
-    - `total_timesteps`: environment steps of the whole run; the run has
-      `total_timesteps // (num_envs * train_frequency)` iterations.
-    - `buffer_size`: transitions the replay buffer keeps.
-    - `learning_starts`: environment steps collected (with uniformly random actions)
-      before the first update.
-    - `train_frequency`: steps of every environment per iteration.
-    - `gradient_steps`: updates per iteration.
-    - `batch_size`: transitions per update.
-    - `n_step`: rewards summed in each target before bootstrapping.
-    - `target_update_interval`: updates between target-network updates.
-    - `tau`: Polyak coefficient of a target update (`1.0`: copy the network).
-    - `double_q`: choose the bootstrap action with the online network.
-    - `learning_rate`: Adam step size.
-    - `anneal_lr`: decay the step size linearly to zero over the updates.
-    - `adam_eps`: Adam's epsilon.
-    - `max_grad_norm`: global gradient-norm clip; `None`: no clipping (and no
-      norm computed).
     - `huber_delta`: threshold of the Huber loss (`inf`: the squared loss).
-    - `gamma`: discount factor.
-    - `exploration_initial_eps`, `exploration_final_eps`: the linear epsilon
-      schedule's start and end.
-    - `exploration_fraction`: fraction of `total_timesteps` over which epsilon decays.
-    - `hidden_sizes`: widths of the default `MLPQNetwork`.
-    - `dueling`: give the default network a dueling head.
-    - `network_factory`: optional `factory(env, key) -> AbstractQNetwork` replacing
-      the default MLP.
 
     !!! example
 
@@ -79,41 +56,9 @@ class DQN(AbstractQLearning):
         ```
     """
 
-    env: AbstractEnvironment
-    num_envs: int = eqx.field(static=True, default=16)
-    total_timesteps: int = eqx.field(static=True, default=500_000)
-    buffer_size: int = eqx.field(static=True, default=20_000)
-    learning_starts: int = eqx.field(static=True, default=10_000)
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
-    batch_size: int = eqx.field(static=True, default=128)
-    n_step: int = eqx.field(static=True, default=3)
-    target_update_interval: int = eqx.field(static=True, default=50)
-    tau: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
-    double_q: bool = eqx.field(static=True, default=True)
-    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
-    anneal_lr: bool = eqx.field(static=True, default=False)
-    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=float32)
-    max_grad_norm: Float[Array, ""] | None = eqx.field(
-        default=10.0, converter=optional_float32
+    huber_delta: Float[Array, ""] = eqx.field(
+        default=10.0, converter=in_range("huber_delta", 1e-12, math.inf)
     )
-    huber_delta: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
-    exploration_initial_eps: Float[Array, ""] = eqx.field(
-        default=1.0, converter=float32
-    )
-    exploration_final_eps: Float[Array, ""] = eqx.field(default=0.05, converter=float32)
-    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=float32)
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
-    dueling: bool = eqx.field(static=True, default=False)
-    network_factory: QNetworkFactory | None = eqx.field(static=True, default=None)
-
-    def __check_init__(self):
-        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
-            raise ValueError(
-                f"DQN: hidden_sizes={self.hidden_sizes} must be positive integers."
-            )
-        check_range("DQN", "huber_delta", self.huber_delta, 1e-12, math.inf)
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
         """The initial Q-network: `network_factory(env, key)` or an `MLPQNetwork`."""

@@ -1,16 +1,15 @@
 import math
-from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from .._config import check_range, float32, optional_float32
+from .._config import in_range
 from .._random import uniform as random_uniform
 from ..buffers import ReplaySample
-from ..envs import AbstractEnvironment
 from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
+from ._checks import check_q_network
 from ._q_learning import AbstractQLearning
 
 
@@ -63,11 +62,6 @@ def _huber_jvp(primals, tangents):
     return value, clipped * error_dot + excess * kappa_dot
 
 
-QuantileNetworkFactory = Callable[
-    [AbstractEnvironment, PRNGKeyArray], AbstractQuantileNetwork
-]
-
-
 class IQN(AbstractQLearning):
     """Implicit quantile networks (Dabney et al., 2018): distributional Q-learning
     with quantiles at sampled fractions, double-Q targets and n-step returns.
@@ -92,23 +86,17 @@ class IQN(AbstractQLearning):
     replay buffer of 50,000 transitions (with 10,000, late-training collapses
     left 1 to 3 of 4 seeds above 400 on some seed sets).
 
-    **Arguments:**
+    **Arguments:** those of [`AbstractQLearning`][eqxrl.algorithms.AbstractQLearning]
+    (with the defaults `num_envs=32`, `buffer_size=50_000`, `batch_size=64`;
+    `hidden_sizes` are the widths of the default network's torso, and
+    `network_factory` must return an `AbstractQuantileNetwork`), and:
 
-    - `env`, `num_envs`, `total_timesteps`, `buffer_size`, `learning_starts`,
-      `train_frequency`, `gradient_steps`, `batch_size`, `n_step`,
-      `target_update_interval`, `tau`, `double_q`, `learning_rate`, `anneal_lr`,
-      `adam_eps`, `max_grad_norm`, `gamma`, `exploration_initial_eps`,
-      `exploration_final_eps`, `exploration_fraction`: as for [`DQN`][eqxrl.DQN].
     - `num_quantiles`: fractions N sampled for the predicted quantiles.
     - `num_target_quantiles`: fractions N' sampled for the target quantiles.
     - `num_acting_quantiles`: fractions K averaged for action values.
     - `kappa`: the Huber threshold of the quantile loss.
-    - `hidden_sizes`: widths of the default network's torso.
     - `head_sizes`: widths of its hidden layers after the fraction embedding.
     - `num_cosines`: cosine features per fraction.
-    - `dueling`: give the default network a dueling head.
-    - `network_factory`: optional `factory(env, key) -> AbstractQuantileNetwork`
-      replacing the default network.
 
     !!! example
 
@@ -119,41 +107,17 @@ class IQN(AbstractQLearning):
         ```
     """
 
-    env: AbstractEnvironment
     num_envs: int = eqx.field(static=True, default=32)
-    total_timesteps: int = eqx.field(static=True, default=500_000)
     buffer_size: int = eqx.field(static=True, default=50_000)
-    learning_starts: int = eqx.field(static=True, default=10_000)
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
     batch_size: int = eqx.field(static=True, default=64)
-    n_step: int = eqx.field(static=True, default=3)
-    target_update_interval: int = eqx.field(static=True, default=50)
-    tau: Float[Array, ""] = eqx.field(default=1.0, converter=float32)
-    double_q: bool = eqx.field(static=True, default=True)
-    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
-    anneal_lr: bool = eqx.field(static=True, default=False)
-    adam_eps: Float[Array, ""] = eqx.field(default=1e-8, converter=float32)
-    max_grad_norm: Float[Array, ""] | None = eqx.field(
-        default=10.0, converter=optional_float32
-    )
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
-    exploration_initial_eps: Float[Array, ""] = eqx.field(
-        default=1.0, converter=float32
-    )
-    exploration_final_eps: Float[Array, ""] = eqx.field(default=0.05, converter=float32)
-    exploration_fraction: Float[Array, ""] = eqx.field(default=0.25, converter=float32)
     num_quantiles: int = eqx.field(static=True, default=8)
     num_target_quantiles: int = eqx.field(static=True, default=8)
     num_acting_quantiles: int = eqx.field(static=True, default=8)
-    kappa: Float[Array, ""] = eqx.field(default=10.0, converter=float32)
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    kappa: Float[Array, ""] = eqx.field(
+        default=10.0, converter=in_range("kappa", 1e-12, math.inf)
+    )
     head_sizes: tuple[int, ...] = eqx.field(static=True, default=(64,))
     num_cosines: int = eqx.field(static=True, default=64)
-    dueling: bool = eqx.field(static=True, default=False)
-    network_factory: QuantileNetworkFactory | None = eqx.field(
-        static=True, default=None
-    )
 
     def __check_init__(self):
         for field in (
@@ -171,19 +135,21 @@ class IQN(AbstractQLearning):
                 raise ValueError(f"IQN: {field}={sizes} must be positive integers.")
         if not self.hidden_sizes:
             raise ValueError("IQN: hidden_sizes must not be empty.")
-        check_range("IQN", "kappa", self.kappa, 1e-12, math.inf)
+
+    def _check_network(self) -> None:
+        check_q_network(
+            "IQN",
+            self.env,
+            self.make_network,
+            self.network_factory is not None,
+            quantiles=True,
+        )
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQuantileNetwork:
         """The initial network: `network_factory(env, key)` or an
         `ImplicitQuantileNetwork`."""
         if self.network_factory is not None:
-            network = self.network_factory(self.env, key)
-            if not isinstance(network, AbstractQuantileNetwork):
-                raise ValueError(
-                    "IQN: network_factory must return an AbstractQuantileNetwork, "
-                    f"got {type(network).__name__}."
-                )
-            return network
+            return self.network_factory(self.env, key)
         return ImplicitQuantileNetwork(
             math.prod(self.env.observation_space.shape),
             self.env.action_space.num_values,

@@ -11,7 +11,7 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from .._config import check_range, float32
+from .._config import in_range
 from .._filters import filter_scan
 from .._random import permutation as random_permutation, split
 from ..buffers import Transition
@@ -23,9 +23,9 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    skip_action_checks,
     unwrap,
 )
-from ..envs._wrappers import step_with_lazy_resets
 from ..nn import (
     AbstractActorCritic,
     ActorCriticPolicy,
@@ -33,9 +33,10 @@ from ..nn import (
     MLPGaussianActorCritic,
     NormalizedActorCritic,
     RunningMeanStd,
+    batch_size_hint,
 )
-from ..nn._linear import batch_size_hint
-from ._base import AbstractAlgorithm
+from ._base import AbstractAlgorithm, injected_learning_rate
+from ._checks import check_actor_critic
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
@@ -144,14 +145,28 @@ class PPO(AbstractAlgorithm[PPOState]):
     total_timesteps: int = eqx.field(static=True, default=500_000)
     num_epochs: int = eqx.field(static=True, default=4)
     num_minibatches: int = eqx.field(static=True, default=4)
-    learning_rate: Float[Array, ""] = eqx.field(default=2.5e-4, converter=float32)
+    learning_rate: Float[Array, ""] = eqx.field(
+        default=2.5e-4, converter=in_range("learning_rate", 0.0, math.inf, finite=True)
+    )
     anneal_lr: bool = eqx.field(static=True, default=True)
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=float32)
-    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=float32)
-    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=float32)
-    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=float32)
-    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=float32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=float32)
+    gamma: Float[Array, ""] = eqx.field(
+        default=0.99, converter=in_range("gamma", 0.0, 1.0)
+    )
+    gae_lambda: Float[Array, ""] = eqx.field(
+        default=0.95, converter=in_range("gae_lambda", 0.0, 1.0)
+    )
+    clip_eps: Float[Array, ""] = eqx.field(
+        default=0.2, converter=in_range("clip_eps", 0.0, math.inf)
+    )
+    ent_coef: Float[Array, ""] = eqx.field(
+        default=0.01, converter=in_range("ent_coef", 0.0, math.inf, finite=True)
+    )
+    vf_coef: Float[Array, ""] = eqx.field(
+        default=0.5, converter=in_range("vf_coef", 0.0, math.inf, finite=True)
+    )
+    max_grad_norm: Float[Array, ""] = eqx.field(
+        default=0.5, converter=in_range("max_grad_norm", 0.0, math.inf)
+    )
     clip_value_loss: bool = eqx.field(static=True, default=True)
     normalize_advantages: bool = eqx.field(static=True, default=True)
     normalize_observations: bool = eqx.field(static=True, default=False)
@@ -186,13 +201,6 @@ class PPO(AbstractAlgorithm[PPOState]):
             raise ValueError(
                 f"PPO: hidden_sizes={self.hidden_sizes} must be positive integers."
             )
-        check_range("PPO", "learning_rate", self.learning_rate, 0.0, math.inf)
-        check_range("PPO", "gamma", self.gamma, 0.0, 1.0)
-        check_range("PPO", "gae_lambda", self.gae_lambda, 0.0, 1.0)
-        check_range("PPO", "clip_eps", self.clip_eps, 0.0, math.inf)
-        check_range("PPO", "ent_coef", self.ent_coef, 0.0, math.inf)
-        check_range("PPO", "vf_coef", self.vf_coef, 0.0, math.inf)
-        check_range("PPO", "max_grad_norm", self.max_grad_norm, 0.0, math.inf)
         for env in unwrap(self.env):
             if isinstance(env, AutoReset):
                 raise ValueError(
@@ -206,6 +214,9 @@ class PPO(AbstractAlgorithm[PPOState]):
                 f"PPO: the default network needs a Discrete or Box action space, got "
                 f"{type(self.env.action_space).__name__}; pass network_factory."
             )
+        check_actor_critic(
+            "PPO", self.env, self.make_network, self.network_factory is not None
+        )
 
     @property
     def num_iterations(self) -> int:
@@ -253,7 +264,8 @@ class PPO(AbstractAlgorithm[PPOState]):
     def make_optimizer(self) -> optax.GradientTransformation:
         """Global-norm clipping then Adam, with the (optionally annealed) step size
         injected so that it is logged and sweepable, over the parameters flattened
-        into one vector (`optax.flatten`)."""
+        into one vector (`optax.flatten`). The annealed step size decays linearly to
+        zero at `num_iterations` and stays zero after."""
         updates_per_iteration = self.num_epochs * self.num_minibatches
         learning_rate = self.learning_rate
         num_iterations = self.num_iterations
@@ -262,7 +274,11 @@ class PPO(AbstractAlgorithm[PPOState]):
 
             def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
                 completed = (count // updates_per_iteration).astype(jnp.float32)
-                return learning_rate * (1.0 - completed / num_iterations)
+                # Clamped: training on past `num_iterations` (`train_iterations`)
+                # keeps a zero step size instead of a negative one.
+                return learning_rate * jnp.maximum(
+                    1.0 - completed / num_iterations, 0.0
+                )
 
         else:
 
@@ -283,8 +299,7 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     def current_learning_rate(self, optimizer_state: PyTree) -> Float[Array, ""]:
         """The step size of the latest update, from `make_optimizer`'s state."""
-        adam_state = optimizer_state[1]
-        return jnp.asarray(adam_state.hyperparams["learning_rate"], jnp.float32)
+        return injected_learning_rate(optimizer_state)
 
     def init(self, key: PRNGKeyArray) -> PPOState:
         network_key, reset_key, state_key = jr.split(key, 3)
@@ -359,43 +374,41 @@ class PPO(AbstractAlgorithm[PPOState]):
     ) -> tuple[PyTree, TimeStep, Transition, Float[Array, "num_steps num_envs"]]:
         """Roll out `num_steps` steps of every environment.
 
-        Also returns, per step, the critic's value of the pre-reset observation where
-        the step truncated an episode (zero elsewhere): what GAE bootstraps from. It
-        is computed only on steps where some episode ended (in the `lax.cond` that
-        resets environments), so neither the final observations nor a critic pass
-        per step are stored.
+        Also returns, per step, the critic's value of the final observation where
+        the step truncated an episode (zero elsewhere): what GAE bootstraps from.
 
         With a `separate_critic` the critic is left out of the steps (XLA drops the
         unused value head) and evaluated once on all stored observations afterwards:
         the same values, as one large batch instead of `num_steps` small ones.
-        The steps are traced under `batch_size_hint(num_envs)`: for a handful of
-        environments, narrow policy layers are computed without matrix products.
+        The steps are traced under `batch_size_hint(num_envs)` (on CPU, narrow
+        policy layers of a handful of environments run without matrix products)
+        and `skip_action_checks()` (the policy samples valid actions only).
         """
         model = self.acting_model(state.model, state.observation_statistics)
         act = eqx.filter_vmap(self._act, in_axes=(None, 0, 0))
-        batched_value = jax.vmap(model.value)
-        inner_env = EpisodeStatistics(self.env)
         critic_after_rollout = model.separate_critic
+
+        def truncation_value(final: TimeStep) -> Float[Array, ""]:
+            # A truncated episode could have gone on: GAE bootstraps from the value
+            # of the state it reached. AutoReset calls this with the episode's
+            # final timestep (before the reset), only on steps where an episode
+            # ended: in the reset's own branch, at no cost on other steps.
+            return jnp.where(final.truncated, model.value(final.observation), 0.0)
+
+        env = AutoReset(EpisodeStatistics(self.env), on_episode_end=truncation_value)
+        step_environments = jax.vmap(env.step)
 
         def step(carry, step_key):
             env_state, timestep = carry
             # jax.random.split's keys, computed so that XLA fuses it.
-            keys = split(step_key, self.num_envs * 3).reshape(self.num_envs, 3)
+            keys = split(step_key, (self.num_envs, 2))
             action, log_prob, value = act(model, timestep, keys[:, 0])
             if critic_after_rollout:
                 value = jnp.zeros_like(value)
-
-            def truncated_values(final: TimeStep) -> Float[Array, " num_envs"]:
-                return jnp.where(final.truncated, batched_value(final.observation), 0.0)
-
-            env_state, next_timestep, truncated_value = step_with_lazy_resets(
-                inner_env,
-                env_state,
-                action,
-                keys[:, 1],
-                keys[:, 2],
-                on_episode_end=truncated_values,
-            )
+            env_state, next_timestep = step_environments(env_state, action, keys[:, 1])
+            extras = dict(next_timestep.extras)
+            truncation_values = extras.pop("episode_end")
+            next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
             transition = jax.vmap(_transition)(
                 timestep, action, log_prob, value, next_timestep
             )
@@ -404,20 +417,17 @@ class PPO(AbstractAlgorithm[PPOState]):
                 transition,
                 self._store_observation(transition.observation),
             )
-            timestep = next_timestep
-            return (env_state, timestep), (transition, truncated_value)
+            return (env_state, next_timestep), (transition, truncation_values)
 
-        # The policy sees `num_envs` observations per step: with a few, its narrow
-        # layers run elementwise, fused (1.03x on the contract config).
-        with batch_size_hint(self.num_envs):
-            (env_state, timestep), (transitions, truncated_values) = filter_scan(
+        with batch_size_hint(self.num_envs), skip_action_checks():
+            (env_state, timestep), (transitions, truncation_values) = filter_scan(
                 step, (state.env_state, state.timestep), split(key, self.num_steps)
             )
         if critic_after_rollout:
             observations = self._restore_observation(transitions.observation)
-            values = jax.vmap(batched_value)(observations)
+            values = jax.vmap(jax.vmap(model.value))(observations)
             transitions = eqx.tree_at(lambda t: t.value, transitions, values)
-        return env_state, timestep, transitions, truncated_values
+        return env_state, timestep, transitions, truncation_values
 
     def _loss(
         self,
@@ -433,8 +443,13 @@ class PPO(AbstractAlgorithm[PPOState]):
             observation = self._restore_observation(observation)
             distribution, value = network(observation, action_mask)
             if isinstance(distribution, MaskedCategorical):
-                num_valid = jnp.sum(distribution.probs > 0)
-                max_entropy = jnp.log(jnp.maximum(num_valid, 1).astype(jnp.float32))
+                # The entropy of the uniform distribution over the valid actions
+                # (all actions when none or all are masked, as MaskedCategorical
+                # treats them).
+                num_actions = distribution.categorical.logits.shape[-1]
+                num_valid = num_actions if action_mask is None else action_mask.sum()
+                num_valid = jnp.where(num_valid > 0, num_valid, num_actions)
+                max_entropy = jnp.log(jnp.asarray(num_valid, jnp.float32))
             else:
                 max_entropy = jnp.float32(jnp.nan)
             entropy = distribution.entropy()
@@ -485,14 +500,17 @@ class PPO(AbstractAlgorithm[PPOState]):
         minibatch updates) and `learning_rate` (of this iteration's last update).
         """
         key, collect_key, update_key = split(state.key, 3)
-        env_state, timestep, transitions, truncated_values = self._collect(
+        env_state, timestep, transitions, truncation_values = self._collect(
             state, collect_key
         )
 
+        # The value of the state each step led to: the next step's value, the last
+        # observation's after the rollout, and the final observation's where an
+        # episode was truncated (AutoReset already shows the next episode there).
         acting = self.acting_model(state.model, state.observation_statistics)
         last_value = jax.vmap(acting.value)(timestep.observation)
         next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
-        next_values = jnp.where(transitions.truncated, truncated_values, next_values)
+        next_values = jnp.where(transitions.truncated, truncation_values, next_values)
         rewards = transitions.reward
         return_statistics = state.return_statistics
         discounted_returns = state.discounted_returns

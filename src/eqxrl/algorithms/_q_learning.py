@@ -11,7 +11,7 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from .._config import check_range
+from .._config import in_range
 from .._filters import filter_scan
 from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
@@ -22,14 +22,13 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
-    step_with_auto_reset,
+    skip_action_checks,
     unwrap,
 )
 from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
-from ._base import AbstractAlgorithm
+from ._base import AbstractAlgorithm, injected_learning_rate
+from ._checks import check_q_network
 from ._metrics import ended_episode_metrics
-
-QNetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork]
 
 
 class QLearningState(eqx.Module):
@@ -93,28 +92,82 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     `tau`; `tau = 1` copies). A run has
     `total_timesteps // (num_envs * train_frequency)` iterations.
 
-    Subclasses provide the network (`make_network`) and the loss (`loss`).
+    Subclasses provide the network (`make_network`) and the loss (`loss`), and may
+    change the defaults below.
+
+    **Arguments:**
+
+    - `env`: the environment (one, discrete actions, not auto-resetting: the
+      algorithm adds `AutoReset` and `EpisodeStatistics` itself).
+    - `num_envs`: environments stepped in parallel.
+    - `total_timesteps`: environment steps of the whole run; the run has
+      `total_timesteps // (num_envs * train_frequency)` iterations.
+    - `buffer_size`: transitions the replay buffer keeps (at least
+      `learning_starts` and `batch_size`).
+    - `learning_starts`: environment steps collected (with uniformly random actions)
+      before the first update.
+    - `train_frequency`: steps of every environment per iteration.
+    - `gradient_steps`: updates per iteration.
+    - `batch_size`: transitions per update.
+    - `n_step`: rewards summed in each target before bootstrapping.
+    - `target_update_interval`: updates between target-network updates.
+    - `tau`: Polyak coefficient of a target update (`1.0`: copy the network).
+    - `double_q`: choose the bootstrap action with the online network.
+    - `learning_rate`: Adam step size.
+    - `anneal_lr`: decay the step size linearly to zero over the updates.
+    - `adam_eps`: Adam's epsilon.
+    - `max_grad_norm`: global gradient-norm clip; `None`: no clipping (and no
+      norm computed).
+    - `gamma`: discount factor.
+    - `exploration_initial_eps`: the linear epsilon schedule's start.
+    - `exploration_final_eps`: the linear epsilon schedule's end.
+    - `exploration_fraction`: fraction of `total_timesteps` over which epsilon decays.
+    - `hidden_sizes`: widths of the default network's hidden layers (its torso).
+    - `dueling`: give the default network a dueling head.
+    - `network_factory`: optional `factory(env, key) -> network` replacing the
+      default network.
     """
 
-    env: eqx.AbstractVar[AbstractEnvironment]
-    num_envs: eqx.AbstractVar[int]
-    total_timesteps: eqx.AbstractVar[int]
-    buffer_size: eqx.AbstractVar[int]
-    learning_starts: eqx.AbstractVar[int]
-    train_frequency: eqx.AbstractVar[int]
-    gradient_steps: eqx.AbstractVar[int]
-    batch_size: eqx.AbstractVar[int]
-    n_step: eqx.AbstractVar[int]
-    target_update_interval: eqx.AbstractVar[int]
-    anneal_lr: eqx.AbstractVar[bool]
-    learning_rate: eqx.AbstractVar[Float[Array, ""]]
-    adam_eps: eqx.AbstractVar[Float[Array, ""]]
-    max_grad_norm: eqx.AbstractVar[Float[Array, ""] | None]
-    gamma: eqx.AbstractVar[Float[Array, ""]]
-    tau: eqx.AbstractVar[Float[Array, ""]]
-    exploration_initial_eps: eqx.AbstractVar[Float[Array, ""]]
-    exploration_final_eps: eqx.AbstractVar[Float[Array, ""]]
-    exploration_fraction: eqx.AbstractVar[Float[Array, ""]]
+    env: AbstractEnvironment
+    num_envs: int = eqx.field(static=True, default=16)
+    total_timesteps: int = eqx.field(static=True, default=500_000)
+    buffer_size: int = eqx.field(static=True, default=20_000)
+    learning_starts: int = eqx.field(static=True, default=10_000)
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    batch_size: int = eqx.field(static=True, default=128)
+    n_step: int = eqx.field(static=True, default=3)
+    target_update_interval: int = eqx.field(static=True, default=50)
+    tau: Float[Array, ""] = eqx.field(default=1.0, converter=in_range("tau", 0.0, 1.0))
+    double_q: bool = eqx.field(static=True, default=True)
+    learning_rate: Float[Array, ""] = eqx.field(
+        default=2.5e-4, converter=in_range("learning_rate", 0.0, math.inf, finite=True)
+    )
+    anneal_lr: bool = eqx.field(static=True, default=False)
+    adam_eps: Float[Array, ""] = eqx.field(
+        default=1e-8, converter=in_range("adam_eps", 0.0, math.inf, finite=True)
+    )
+    max_grad_norm: Float[Array, ""] | None = eqx.field(
+        default=10.0,
+        converter=in_range("max_grad_norm", 0.0, math.inf, optional=True),
+    )
+    gamma: Float[Array, ""] = eqx.field(
+        default=0.99, converter=in_range("gamma", 0.0, 1.0)
+    )
+    exploration_initial_eps: Float[Array, ""] = eqx.field(
+        default=1.0, converter=in_range("exploration_initial_eps", 0.0, 1.0)
+    )
+    exploration_final_eps: Float[Array, ""] = eqx.field(
+        default=0.05, converter=in_range("exploration_final_eps", 0.0, 1.0)
+    )
+    exploration_fraction: Float[Array, ""] = eqx.field(
+        default=0.25, converter=in_range("exploration_fraction", 0.0, 1.0)
+    )
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    dueling: bool = eqx.field(static=True, default=False)
+    network_factory: (
+        Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork] | None
+    ) = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         name = type(self).__name__
@@ -135,6 +188,10 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             raise ValueError(
                 f"{name}: learning_starts={self.learning_starts!r} must be an int >= 0."
             )
+        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
+            raise ValueError(
+                f"{name}: hidden_sizes={self.hidden_sizes} must be positive integers."
+            )
         if self.total_timesteps < self.steps_per_iteration:
             raise ValueError(
                 f"{name}: total_timesteps={self.total_timesteps} is less than one "
@@ -154,15 +211,19 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 f"num_envs * max(n_step, 2) = {self.num_envs * max(self.n_step, 2)} "
                 "transitions."
             )
-        check_range(name, "learning_rate", self.learning_rate, 0.0, math.inf)
-        check_range(name, "adam_eps", self.adam_eps, 0.0, math.inf)
-        if self.max_grad_norm is not None:
-            check_range(name, "max_grad_norm", self.max_grad_norm, 0.0, math.inf)
-        check_range(name, "gamma", self.gamma, 0.0, 1.0)
-        check_range(name, "tau", self.tau, 0.0, 1.0)
-        for field in ("exploration_initial_eps", "exploration_final_eps"):
-            check_range(name, field, getattr(self, field), 0.0, 1.0)
-        check_range(name, "exploration_fraction", self.exploration_fraction, 0.0, 1.0)
+        if self.batch_size > self.buffer_size:
+            raise ValueError(
+                f"{name}: batch_size={self.batch_size} is larger than "
+                f"buffer_size={self.buffer_size}: a minibatch would repeat "
+                "transitions; raise buffer_size or lower batch_size."
+            )
+        if self.buffer_size < self.learning_starts:
+            raise ValueError(
+                f"{name}: buffer_size={self.buffer_size} is smaller than "
+                f"learning_starts={self.learning_starts}: the buffer would drop "
+                "transitions before the first update; raise buffer_size to at least "
+                "learning_starts or lower learning_starts."
+            )
         for env in unwrap(self.env):
             if isinstance(env, AutoReset):
                 raise ValueError(
@@ -174,6 +235,17 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 f"{name}: needs a Discrete action space, got "
                 f"{type(self.env.action_space).__name__}."
             )
+        self._check_network()
+
+    def _check_network(self) -> None:
+        """The environment's contract and the network's shapes (see `_checks`)."""
+        check_q_network(
+            type(self).__name__,
+            self.env,
+            self.make_network,
+            self.network_factory is not None,
+            quantiles=False,
+        )
 
     # ------------------------------------------------------------------ config
     @abc.abstractmethod
@@ -234,9 +306,9 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 del count
                 return learning_rate
 
-        # Without clipping the chain keeps its shape (state index 1 is Adam's), and
-        # no gradient norm is computed: one reduction per parameter array less
-        # per update (IQN on rejax's settings, which do not clip: 1.06x).
+        # Without clipping no gradient norm is computed: one reduction per
+        # parameter array less per update (IQN on rejax's settings, which do not
+        # clip: 1.06x).
         clip = (
             optax.identity()
             if self.max_grad_norm is None
@@ -346,12 +418,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         The randomness of all the steps is drawn up front, in three PRNG calls
         rather than several per step, with the hash computed inline
         (`eqxrl._random`) instead of XLA's rolled threefry loop. Environments are
-        stepped with [`step_with_auto_reset`][eqxrl.envs.step_with_auto_reset]
-        (resets computed only on steps where an episode ended).
+        stepped through [`AutoReset`][eqxrl.envs.AutoReset] (resets computed only
+        on steps where an episode ended), without action checks (epsilon-greedy
+        actions are valid by construction).
         """
         act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
         transition = jax.vmap(self._transition)
-        env = self.training_env.env  # what AutoReset wraps
+        step_environments = jax.vmap(self.training_env.step)
         first_step = state.iteration * self.steps_per_iteration
         shape = (self.train_frequency, self.num_envs)
 
@@ -360,9 +433,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             index, value_keys, uniforms, step_keys = inputs
             epsilon = self.epsilon(first_step + index * self.num_envs)
             action = act(state.network, epsilon, timestep, value_keys, uniforms)
-            env_state, next_timestep = step_with_auto_reset(
-                env, env_state, action, step_keys[:, 0], step_keys[:, 1]
-            )
+            env_state, next_timestep = step_environments(env_state, action, step_keys)
             statistics = {
                 "done": next_timestep.terminated | next_timestep.truncated,
                 "episode_return": next_timestep.extras["episode_return"],
@@ -376,16 +447,17 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             buffer = buffer.add(transition(timestep, action, next_timestep))
             return (env_state, next_timestep, buffer), statistics
 
-        (env_state, timestep, buffer), statistics = _scan(
-            step,
-            (state.env_state, state.timestep, state.buffer),
-            (
-                jnp.arange(self.train_frequency, dtype=jnp.int32),
-                random_split(value_key, shape),
-                random_uniform(uniform_key, shape),
-                random_split(step_key, (*shape, 2)),
-            ),
-        )
+        with skip_action_checks():
+            (env_state, timestep, buffer), statistics = _scan(
+                step,
+                (state.env_state, state.timestep, state.buffer),
+                (
+                    jnp.arange(self.train_frequency, dtype=jnp.int32),
+                    random_split(value_key, shape),
+                    random_uniform(uniform_key, shape),
+                    random_split(step_key, shape),
+                ),
+            )
         return env_state, timestep, buffer, statistics
 
     def _update(
@@ -520,9 +592,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         )
         metrics.update(loss_statistics)
         metrics["epsilon"] = self.epsilon(collected - self.num_envs)
-        metrics["learning_rate"] = jnp.asarray(
-            optimizer_state[1].hyperparams["learning_rate"], jnp.float32
-        )
+        metrics["learning_rate"] = injected_learning_rate(optimizer_state)
         if "invalid_action" in statistics:
             metrics["invalid_action_count"] = jnp.sum(
                 statistics["invalid_action"]

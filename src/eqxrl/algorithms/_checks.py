@@ -1,0 +1,141 @@
+"""The contract between an algorithm's network and its environment, checked when the
+algorithm is built, from shapes alone (`eqx.filter_eval_shape`: nothing runs)."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import PRNGKeyArray
+
+from ..distributions import AbstractActionDistribution, MaskedCategorical
+from ..envs import AbstractEnvironment, Box, Discrete, check_environment, unwrap
+from ..nn import AbstractActorCritic, AbstractQNetwork, AbstractQuantileNetwork
+
+
+def _example_timestep(env: AbstractEnvironment) -> Any:
+    return eqx.filter_eval_shape(env.reset, jr.key(0))[1]
+
+
+def describe(env: AbstractEnvironment) -> str:
+    """The innermost environment's class name (e.g. `CartPole`)."""
+    return type(unwrap(env)[-1]).__name__
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape)
+
+
+def check_actor_critic(
+    owner: str,
+    env: AbstractEnvironment,
+    make_network: Callable[[PRNGKeyArray], Any],
+    custom: bool,
+) -> None:
+    """The environment keeps its contract, and the network built by `make_network`
+    is an actor-critic whose action distribution matches the action space."""
+    check_environment(env)
+    source = "network_factory" if custom else "the default network"
+    network = eqx.filter_eval_shape(make_network, jr.key(0))
+    if not isinstance(network, AbstractActorCritic):
+        raise ValueError(
+            f"{owner}: {source} must return an eqxrl.nn.AbstractActorCritic, got "
+            f"{type(network).__name__}."
+        )
+    timestep = _example_timestep(env)
+    distribution, value = eqx.filter_eval_shape(
+        lambda net, observation, mask: net(observation, mask),
+        network,
+        timestep.observation,
+        timestep.action_mask,
+    )
+    name = f"{source} ({type(network).__name__})"
+    if not isinstance(distribution, AbstractActionDistribution):
+        raise ValueError(
+            f"{owner}: {name} must return (distribution, value) with an "
+            "eqxrl.distributions.AbstractActionDistribution, got "
+            f"{type(distribution).__name__}."
+        )
+    if _shape(value) != ():
+        raise ValueError(
+            f"{owner}: {name} returns a value of shape {_shape(value)} for one "
+            "observation; the critic must return a scalar."
+        )
+    space = env.action_space
+    sample = eqx.filter_eval_shape(
+        lambda d, key: d.sample(key), distribution, jr.key(0)
+    )
+    env_name = describe(env)
+    if isinstance(space, Discrete):
+        if isinstance(distribution, MaskedCategorical):
+            num_actions = distribution.categorical.logits.shape[-1]
+            if num_actions != space.num_values:
+                raise ValueError(
+                    f"{owner}: {name} gives a distribution over {num_actions} "
+                    f"actions, but {env_name} has the action space "
+                    f"Discrete({space.num_values}); build the network with "
+                    f"env.action_space.num_values = {space.num_values} actions."
+                )
+        if _shape(sample) != () or not jnp.issubdtype(sample.dtype, jnp.integer):
+            raise ValueError(
+                f"{owner}: {name} samples actions of {sample.dtype}"
+                f"{list(sample.shape)}, but {env_name} has the action space "
+                f"Discrete({space.num_values}), whose actions are int32 scalars."
+            )
+    elif isinstance(space, Box):
+        if _shape(sample) != _shape(space) or not jnp.issubdtype(
+            sample.dtype, jnp.floating
+        ):
+            raise ValueError(
+                f"{owner}: {name} samples actions of {sample.dtype}"
+                f"{list(sample.shape)}, but {env_name} has a Box action space of "
+                f"shape {_shape(space)}; build the network with that action size."
+            )
+
+
+def check_q_network(
+    owner: str,
+    env: AbstractEnvironment,
+    make_network: Callable[[PRNGKeyArray], Any],
+    custom: bool,
+    quantiles: bool,
+) -> None:
+    """The environment keeps its contract, and the network built by `make_network`
+    gives one value per action of its `Discrete` action space."""
+    check_environment(env)
+    source = "network_factory" if custom else "the default network"
+    network = eqx.filter_eval_shape(make_network, jr.key(0))
+    expected = AbstractQuantileNetwork if quantiles else AbstractQNetwork
+    if not isinstance(network, expected):
+        raise ValueError(
+            f"{owner}: {source} must return an eqxrl.nn.{expected.__name__}, got "
+            f"{type(network).__name__}."
+        )
+    observation = _example_timestep(env).observation
+    q_values = eqx.filter_eval_shape(
+        lambda net, obs, key: net.q_values(obs, key), network, observation, jr.key(0)
+    )
+    num_values = env.action_space.num_values
+    if _shape(q_values) != (num_values,):
+        raise ValueError(
+            f"{owner}: {source} ({type(network).__name__}) gives Q-values of shape "
+            f"{_shape(q_values)}, but {describe(env)} has the action space "
+            f"Discrete({num_values}); build it with {num_values} actions "
+            "(env.action_space.num_values)."
+        )
+    if quantiles:
+        fractions = jax.ShapeDtypeStruct((3,), jnp.float32)
+        quantile_values = eqx.filter_eval_shape(
+            lambda net, obs, taus: net.quantile_values(obs, taus),
+            network,
+            observation,
+            fractions,
+        )
+        if _shape(quantile_values) != (3, num_values):
+            raise ValueError(
+                f"{owner}: {source} ({type(network).__name__}) gives quantile values "
+                f"of shape {_shape(quantile_values)} for 3 fractions, but needs "
+                f"[num_fractions, num_actions] = (3, {num_values})."
+            )
