@@ -17,7 +17,9 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
+# The demo's own folders start anew each time (a run folder is never overwritten).
 demo: $(VENV)/.installed
+	rm -rf runs/demo
 	$(BIN)/python examples/cartpole_ppo.py --out runs/demo/cartpole
 	$(BIN)/python examples/snake_ppo.py --out runs/demo/snake
 

@@ -1,6 +1,7 @@
 """Checkpoints: round trips, atomic writes, and clear errors for every bad file."""
 
 import dataclasses
+import hashlib
 import json
 import struct
 
@@ -147,14 +148,27 @@ def test_corrupt_header(saved):
         eqxrl.load_checkpoint(saved)
 
 
-def _rewrite_header(path, change):
+def _rewrite_header(path, change, sign=True):
+    """Edit the JSON header; with `sign`, also recompute the checksum (which covers
+    the header), as a file written that way would have."""
     data = path.read_bytes()
     (length,) = struct.unpack("<Q", data[len(MAGIC) : len(MAGIC) + 8])
     start = len(MAGIC) + 8
     header = json.loads(data[start : start + length])
     change(header)
     new = json.dumps(header).encode()
-    path.write_bytes(MAGIC + struct.pack("<Q", len(new)) + new + data[start + length :])
+    rest = data[start + length :]
+    if sign:
+        payload = rest[: -(len(b"EQXRL-END") + 8 + 32)]
+        rest = rest[:-32] + hashlib.sha256(new + payload).digest()
+    path.write_bytes(MAGIC + struct.pack("<Q", len(new)) + new + rest)
+
+
+def test_an_edited_header_fails_the_checksum(saved):
+    _rewrite_header(saved, lambda h: h["metadata"].update(iteration=7), sign=False)
+    with pytest.raises(CheckpointError, match="corrupt: its checksum") as error:
+        eqxrl.load_checkpoint(saved)
+    assert error.value.corrupt
 
 
 def test_other_format_version(saved):
@@ -200,7 +214,7 @@ def test_atomic_write_keeps_the_old_file(saved, ppo, state, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(eqx, "tree_serialise_leaves", fail)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match=r"Cannot write .*state.eqx: disk full"):
         eqxrl.save_checkpoint(saved, state, ppo)
     assert saved.read_bytes() == before
     assert [p.name for p in saved.parent.iterdir()] == [saved.name]

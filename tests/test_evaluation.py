@@ -3,6 +3,7 @@
 import csv
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -96,7 +97,7 @@ def test_batched_results_summarize_over_everything():
 
 
 def test_renderer_finds_render_through_wrappers(corridor):
-    assert renderer(eqxrl.envs.make("CartPole-v1")) is None
+    assert renderer(eqxrl.envs.make("BlindCorridor-test-v0")) is None
     render = renderer(corridor)
     state, _ = corridor.reset(jr.key(0))
     frame = render(state)
@@ -117,8 +118,9 @@ def test_record_episodes_and_gif(corridor, tmp_path):
 
     with Image.open(path) as gif:
         assert gif.size == (20, 4) and gif.n_frames == 10
-    with pytest.raises(ValueError, match="no render"):
-        record_episodes(ConstantPolicy(0), eqxrl.envs.make("CartPole-v1"), jr.key(0))
+    blind = eqxrl.envs.make("BlindCorridor-test-v0")
+    with pytest.raises(ValueError, match="BlindCorridor has no render"):
+        record_episodes(ConstantPolicy(0), blind, jr.key(0))
     with pytest.raises(ValueError, match="uint8"):
         write_gif(tmp_path / "bad.gif", np.zeros((2, 4, 4, 3), np.float32))
 
@@ -165,3 +167,22 @@ def test_curve_band_is_mean_and_std_over_seeds(tmp_path):
     np.testing.assert_allclose(mean[1:3], [3.0, 4.0])  # i + mean(0, 1, 2)
     np.testing.assert_allclose(std[1:3], np.std([0, 1, 2]))
     assert np.isnan(mean[0])
+
+
+@pytest.mark.parametrize(
+    "env_id", ["CartPole-v1", "Pendulum-v1", "GridMaze-v0", "Snake-v0"]
+)
+def test_every_built_in_environment_renders_in_jax(env_id):
+    env = eqxrl.envs.make(env_id)
+    assert renderer(env) is not None
+    first, _ = env.reset(jr.key(0))
+    states = [first]
+    for step_key in jr.split(jr.key(2), 4):
+        action = env.action_space.sample(step_key)
+        states.append(env.step(states[-1], action, step_key)[0])
+    batch = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    frames = eqx.filter_jit(lambda states: jax.vmap(env.render)(states))(batch)
+    assert frames.dtype == jnp.uint8 and frames.ndim == 4 and frames.shape[-1] == 3
+    np.testing.assert_array_equal(frames[0], env.render(first))
+    # The drawing follows the state: after a few steps, some pixels differ.
+    assert any(np.any(frames[0] != frame) for frame in np.asarray(frames[1:]))

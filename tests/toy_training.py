@@ -139,11 +139,38 @@ class Corridor(AbstractEnvironment[CorridorState]):
         return jnp.stack([red, other, other], axis=-1)
 
 
+class BlindCorridor(AbstractEnvironment[CorridorState]):
+    """The corridor without `render`: for the paths that need a drawing."""
+
+    corridor: Corridor = Corridor()
+
+    @property
+    def observation_space(self) -> Box:
+        return self.corridor.observation_space
+
+    @property
+    def action_space(self) -> Discrete:
+        return self.corridor.action_space
+
+    def reset(self, key: PRNGKeyArray) -> tuple[CorridorState, TimeStep]:
+        return self.corridor.reset(key)
+
+    def step(
+        self, state: CorridorState, action: Int[ArrayLike, ""], key: PRNGKeyArray
+    ) -> tuple[CorridorState, TimeStep]:
+        return self.corridor.step(state, action, key)
+
+
+def blind_corridor_v0() -> AbstractEnvironment:
+    return eqxrl.envs.TimeLimit(BlindCorridor(), 12)
+
+
 def corridor_v0(max_episode_steps: int = 12, **kwargs) -> AbstractEnvironment:
     return eqxrl.envs.TimeLimit(Corridor(**kwargs), max_episode_steps)
 
 
 if "Corridor-test-v0" not in eqxrl.envs.registered_names():
     eqxrl.envs.register("Corridor-test-v0", corridor_v0)
+    eqxrl.envs.register("BlindCorridor-test-v0", blind_corridor_v0)
 if "random_search" not in eqxrl.algorithms.algorithm_names():
     eqxrl.algorithms.register_algorithm("random_search", RandomSearch)

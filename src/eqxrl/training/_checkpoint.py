@@ -12,13 +12,14 @@ payload                         eqx.tree_serialise_leaves of the pytree (.npy re
                                 PRNG keys as their key data)
 b"EQXRL-END"                    trailer magic, 9 bytes
 uint64                          payload length
-32 bytes                        SHA-256 of the payload
+32 bytes                        SHA-256 of the header and the payload
 ```
 
 The header comes first so that it can be read without the payload (`eqxrl eval`
 prints it; a mismatched checkpoint is refused before any array is read); the trailer
-holds the payload's length and checksum, so the file is written in one pass.
-Loading never unpickles.
+holds the payload's length and the checksum, so the file is written in one pass.
+The checksum covers the header too: an edited iteration count or configuration is
+refused like a damaged array. Loading never unpickles.
 """
 
 import hashlib
@@ -50,15 +51,28 @@ from ._config import (
 
 MAGIC = b"EQXRL-CHECKPOINT\n"
 TRAILER_MAGIC = b"EQXRL-END"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _TRAILER_SIZE = len(TRAILER_MAGIC) + 8 + 32
 _MAX_HEADER = 1 << 30
 
 
 class CheckpointError(ValueError):
-    """A checkpoint file cannot be used: missing, not a checkpoint, truncated,
-    corrupt, or made for another configuration. The message says which and what to
-    do; nothing has been loaded."""
+    """A checkpoint file cannot be used, or cannot be written: missing, not a
+    checkpoint, truncated, corrupt, made for another configuration, or a failed
+    write (e.g. a full disk). The message says which and what to do; nothing has
+    been loaded.
+
+    **Attributes:**
+
+    - `corrupt`: `True` when the file itself is damaged (truncated, checksum
+      mismatch, unreadable): an earlier checkpoint may still be intact. `False` for
+      a file that is fine but does not fit (another configuration, another format
+      version) or could not be written.
+    """
+
+    def __init__(self, message: str, *, corrupt: bool = False):
+        super().__init__(message)
+        self.corrupt = corrupt
 
 
 # --------------------------------------------------------------------------------------
@@ -67,7 +81,8 @@ class CheckpointError(ValueError):
 
 
 class _HashingWriter:
-    """A binary file wrapper that hashes and counts what is written through it."""
+    """A binary file wrapper that hashes and counts what is written through it (the
+    hash may be fed more, e.g. the header, beforehand)."""
 
     def __init__(self, file: BinaryIO):
         self.file = file
@@ -183,6 +198,7 @@ def write_checkpoint_file(
         file.write(struct.pack("<Q", len(header_bytes)))
         file.write(header_bytes)
         writer = _HashingWriter(file)
+        writer.sha256.update(header_bytes)
         eqx.tree_serialise_leaves(writer, tree, filter_spec=_serialise_leaf)
         file.write(TRAILER_MAGIC)
         file.write(struct.pack("<Q", writer.size))
@@ -194,12 +210,26 @@ def write_checkpoint_file(
         )
     try:
         _atomic_write(path, write)
-    except PermissionError as error:
-        raise CheckpointError(
-            f"Cannot write {path}: permission denied ({error.strerror}); choose a "
-            "writable folder."
-        ) from None
+    except Exception as error:
+        # Equinox reports a failed leaf write wrapped in its own error: find the
+        # operating system's error (a full disk, a lost mount) and say that.
+        os_error = _os_error_in(error)
+        if os_error is None:
+            raise
+        reason = os_error.strerror or str(os_error)
+        raise CheckpointError(f"Cannot write {path}: {reason}.") from None
     return path
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """`error` if it is an `OSError`, else the first one it was raised from."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _json_safe(value: Any) -> Any:
@@ -377,16 +407,21 @@ def _open_checkpoint(path: Path) -> _Checkpoint:
         if header_size > _MAX_HEADER or header_end + _TRAILER_SIZE > size:
             raise CheckpointError(
                 f"{path} is truncated or corrupt: the header says {header_size} "
-                f"bytes but the file has {size} bytes in all."
+                f"bytes but the file has {size} bytes in all.",
+                corrupt=True,
             )
+        header_bytes = file.read(header_size)
         try:
-            header = json.loads(file.read(header_size).decode("utf-8"))
+            header = json.loads(header_bytes.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise CheckpointError(
-                f"{path} is corrupt: its JSON header cannot be read ({error})."
+                f"{path} is corrupt: its JSON header cannot be read ({error}).",
+                corrupt=True,
             ) from None
         if not isinstance(header, dict) or header.get("format") != "eqxrl-checkpoint":
-            raise CheckpointError(f"{path} is corrupt: its header is not eqxrl's.")
+            raise CheckpointError(
+                f"{path} is corrupt: its header is not eqxrl's.", corrupt=True
+            )
         version = header.get("format_version")
         if version != FORMAT_VERSION:
             raise CheckpointError(
@@ -400,7 +435,8 @@ def _open_checkpoint(path: Path) -> _Checkpoint:
         if trailer[: len(TRAILER_MAGIC)] != TRAILER_MAGIC:
             raise CheckpointError(
                 f"{path} is truncated or corrupt: the end-of-file marker is "
-                "missing (was the write interrupted, or the file cut short?)."
+                "missing (was the write interrupted, or the file cut short?).",
+                corrupt=True,
             )
         (recorded_size,) = struct.unpack(
             "<Q", trailer[len(TRAILER_MAGIC) : len(TRAILER_MAGIC) + 8]
@@ -408,10 +444,11 @@ def _open_checkpoint(path: Path) -> _Checkpoint:
         if recorded_size != payload_size:
             raise CheckpointError(
                 f"{path} is truncated or corrupt: it holds {payload_size} bytes of "
-                f"arrays but {recorded_size} were written."
+                f"arrays but {recorded_size} were written.",
+                corrupt=True,
             )
         file.seek(header_end)
-        sha256 = hashlib.sha256()
+        sha256 = hashlib.sha256(header_bytes)
         remaining = payload_size
         while remaining:
             block = file.read(min(remaining, 1 << 24))
@@ -421,8 +458,9 @@ def _open_checkpoint(path: Path) -> _Checkpoint:
             remaining -= len(block)
         if sha256.digest() != trailer[-32:]:
             raise CheckpointError(
-                f"{path} is corrupt: the checksum of its arrays does not match the "
-                "one written with them. Use an earlier checkpoint."
+                f"{path} is corrupt: its checksum (of the header and the arrays) "
+                "does not match the one written with them.",
+                corrupt=True,
             )
     return _Checkpoint(path, header, header_end)
 
@@ -463,7 +501,9 @@ def _read_payload(checkpoint: _Checkpoint, skeleton: PyTree) -> PyTree:
             if data.shape != tuple(x.shape) or data.dtype != x.dtype:
                 raise CheckpointError(
                     f"{checkpoint.path} is corrupt: an array has shape {data.shape} "
-                    f"and dtype {data.dtype} where the header says {x.shape} {x.dtype}."
+                    f"and dtype {data.dtype} where the header says {x.shape} "
+                    f"{x.dtype}.",
+                    corrupt=True,
                 )
             return jnp.asarray(data)
         if isinstance(x, np.ndarray):
@@ -499,7 +539,8 @@ def _read_payload(checkpoint: _Checkpoint, skeleton: PyTree) -> PyTree:
             raise
         except Exception as error:  # a malformed .npy record
             raise CheckpointError(
-                f"{checkpoint.path} is corrupt: its arrays cannot be read ({error})."
+                f"{checkpoint.path} is corrupt: its arrays cannot be read ({error}).",
+                corrupt=True,
             ) from None
     return tree
 
@@ -608,9 +649,12 @@ def save_policy(
     *,
     deterministic: bool = True,
     metadata: Mapping[str, Any] | None = None,
+    env_name: str | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> Path:
     """Export the policy alone (no optimizer state, buffers or environments), for
-    [`load_policy`][eqxrl.load_policy].
+    [`load_policy`][eqxrl.load_policy] and `eqxrl eval`: the format the
+    [`Trainer`][eqxrl.Trainer] writes as `policy.eqx`.
 
     **Arguments:**
 
@@ -619,6 +663,10 @@ def save_policy(
     - `algorithm`: its algorithm.
     - `deterministic`: the default way the loaded policy acts (greedy if `True`).
     - `metadata`: optional JSON-serializable extras for the header.
+    - `env_name`, `env_kwargs`: the id and keyword arguments with which
+      `eqxrl.envs.make` builds the algorithm's environment, so that the file can
+      be loaded without the algorithm; found automatically for registered
+      environments made without arguments.
 
     **Returns:**
 
@@ -629,7 +677,7 @@ def save_policy(
         path,
         policy,
         kind="policy",
-        config=algorithm_to_config(algorithm),
+        config=algorithm_to_config(algorithm, env_name=env_name, env_kwargs=env_kwargs),
         metadata=metadata,
         extra_header={"deterministic": deterministic},
     )

@@ -26,7 +26,7 @@ from ._config import (
     config_fields,
     flag_name,
 )
-from ._device import auto_num_envs, describe_devices
+from ._device import auto_num_envs
 
 # Trainer fields that are flags of `eqxrl train` (the others are set by the CLI).
 _TRAINER_FLAGS = (
@@ -58,9 +58,11 @@ class _CommandError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with suggestions for mistyped flags."""
+    """argparse with suggestions for mistyped flags, and no abbreviated flags (a
+    typo such as `--total-timestep` is an error, not a silent prefix match)."""
 
     def __init__(self, *args, known_flags: Sequence[str] = (), **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.known_flags = list(known_flags)
 
@@ -292,7 +294,7 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
 
 def _train(argv: Sequence[str]) -> int:
     # First pass: which algorithm (its flags depend on it) and which config file.
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--algo")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
@@ -342,7 +344,6 @@ def _train(argv: Sequence[str]) -> int:
     wandb_project = str(merged.pop("wandb_project", "eqxrl"))
     trainer_options = {k: merged.pop(k) for k in list(merged) if k in trainer_fields}
 
-    print(f"device: {describe_devices()}", file=sys.stderr)
     if merged.get("num_envs") == "auto":
         merged["num_envs"] = auto_num_envs()
         print(f"--num-envs auto: {merged['num_envs']}", file=sys.stderr)
@@ -378,8 +379,7 @@ def _train(argv: Sequence[str]) -> int:
         )
     except ValueError as error:
         raise _CommandError(str(error)) from None
-    trainer.fit(seed, resume=resume)
-    print(f"wrote {out}/ (checkpoints/, metrics.csv, policy.eqx, curve.png)")
+    trainer.fit(seed, resume=resume)  # it says what it wrote
     return 0
 
 
@@ -489,6 +489,7 @@ def _eval(argv: Sequence[str]) -> int:
     from ._evaluation import (
         EvaluationResult,
         evaluate,
+        no_render_message,
         record_episodes,
         renderer,
         write_gif as write_gif_file,
@@ -509,10 +510,7 @@ def _eval(argv: Sequence[str]) -> int:
         raise _CommandError(str(error)) from None
     env = algorithm.env
     if args.gif and renderer(env) is None:
-        raise _CommandError(
-            f"--gif: the environment {type(env).__name__} has no render(state), so "
-            "there is nothing to draw; drop --gif."
-        )
+        raise _CommandError(f"--gif: {no_render_message(env)} Drop --gif.")
     deterministic = not args.stochastic
     key = jr.key(args.seed)
     batch_shape = header.get("batch_shape", [])

@@ -339,7 +339,44 @@ def _to_json(value: Any, where: str) -> Any:
         if name is None:
             return {"unserializable": f"environment {type(value).__name__}"}
         return {"environment": name, "kwargs": {}}
+    qualified = _eqxrl_callable_name(value)
+    if qualified is not None:
+        return {"callable": qualified}
     return {"unserializable": repr(value)}
+
+
+def _eqxrl_callable_name(value: Any) -> str | None:
+    """`module:qualname` of a function or class method defined at module level in
+    eqxrl (e.g. `eqxrl.nn.CNNActorCritic.from_env`), which a config can name;
+    `None` for anything else (closures, lambdas, other packages' functions)."""
+    if not callable(value) or isinstance(value, type):
+        return None
+    module = getattr(value, "__module__", None) or ""
+    qualname = getattr(value, "__qualname__", None) or ""
+    if not (module == "eqxrl" or module.startswith("eqxrl.")) or "<" in qualname:
+        return None
+    try:
+        found = _resolve_callable(f"{module}:{qualname}")
+    except ValueError:
+        return None
+    return f"{module}:{qualname}" if found == value else None
+
+
+def _resolve_callable(name: str) -> Any:
+    """The eqxrl function named `module:qualname`. Only eqxrl's own modules are
+    imported: a config file is data, never a way to run other code."""
+    import importlib
+
+    module_name, _, qualname = name.partition(":")
+    if not (module_name == "eqxrl" or module_name.startswith("eqxrl.")) or not qualname:
+        raise ValueError(f"{name!r} is not a function of eqxrl.")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError):
+        raise ValueError(f"eqxrl has no function {name!r}.") from None
+    return value
 
 
 def _from_json(value: Any) -> Any:
@@ -348,6 +385,8 @@ def _from_json(value: Any) -> Any:
     if isinstance(value, dict):
         if "environment" in value:
             return make(value["environment"], **value.get("kwargs", {}))
+        if "callable" in value:
+            return _resolve_callable(value["callable"])
         if "array" in value:
             return np.asarray(value["array"], dtype=value["dtype"])
         if "float" in value:
@@ -366,8 +405,10 @@ def algorithm_to_config(
     Works for every registered algorithm from its dataclass fields: numbers (float32
     array scalars are written as the shortest decimal that reads back to the same
     float32), bools, strings and tuples as themselves, the environment by its
-    registered id. Values that cannot be written as data (e.g. a custom
-    `network_factory`) are recorded by their `repr` as `{"unserializable": ...}`;
+    registered id, eqxrl's own functions by name (e.g.
+    `network_factory=eqxrl.nn.CNNActorCritic.from_env`). Values that cannot be
+    written as data (e.g. a custom `network_factory` of your own) are recorded by
+    their `repr` as `{"unserializable": ...}`;
     such a config cannot be rebuilt by
     [`algorithm_from_config`][eqxrl.training.algorithm_from_config] alone.
 

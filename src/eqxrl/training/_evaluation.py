@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, UInt8
 
-from ..envs import AbstractEnvironment, AbstractWrapper, TimeLimit, unwrap
+from ..envs import AbstractEnvironment, TimeLimit, unwrap
 from ..nn import AbstractPolicy
 
 DEFAULT_MAX_STEPS = 10_000
@@ -161,40 +161,34 @@ def evaluate(
 def renderer(
     env: AbstractEnvironment,
 ) -> Callable[[PyTree], UInt8[Array, "height width 3"]] | None:
-    """A function from `env`'s state to an RGB frame, or `None` when neither `env`
-    nor an environment it wraps has a working `render(state)`.
+    """`env.render` when the environment can draw its states, else `None`.
 
-    Wrappers without `render` of their own are seen through: the inner state is read
-    from the wrapper state's `env_state` field (as in `TimeLimitState`), or is the
-    wrapper state itself (wrappers such as `AutoReset` keep the inner state as is).
+    Wrappers draw the environment they wrap (see
+    [`AbstractWrapper`][eqxrl.envs.AbstractWrapper]), so this is `None` exactly when
+    the innermost environment does not implement `render(state)` (or its drawing is
+    not a uint8 `[height, width, 3]` image).
     """
-    render = getattr(env, "render", None)
-    if callable(render) and _renders(render, env):
-        return render
-    if isinstance(env, AbstractWrapper):
-        inner = renderer(env.env)
-        if inner is None:
-            return None
-
-        def render_through(state: PyTree) -> UInt8[Array, "height width 3"]:
-            return inner(getattr(state, "env_state", state))
-
-        return render_through
-    return None
-
-
-def _renders(render: Callable, env: AbstractEnvironment) -> bool:
-    """Whether `render` traces on `env`'s state (an inherited stub may raise)."""
     try:
         state_shape = eqx.filter_eval_shape(env.reset, jr.key(0))[0]
-        frame = eqx.filter_eval_shape(render, state_shape)
+        frame = eqx.filter_eval_shape(env.render, state_shape)
     except NotImplementedError:
-        return False
-    return (
+        return None
+    if (
         isinstance(frame, jax.ShapeDtypeStruct)
         and frame.ndim == 3
         and frame.shape[-1] == 3
         and frame.dtype == jnp.uint8
+    ):
+        return env.render
+    return None
+
+
+def no_render_message(env: AbstractEnvironment) -> str:
+    """Why `env` cannot be drawn, naming the environment rather than a wrapper."""
+    name = type(unwrap(env)[-1]).__name__
+    return (
+        f"{name} has no render(state) method, so there is nothing to draw "
+        "(implement render to get GIFs)."
     )
 
 
@@ -252,10 +246,7 @@ def record_episodes(
     """
     render = renderer(env)
     if render is None:
-        raise ValueError(
-            f"record_episodes: {type(env).__name__} has no render(state) method "
-            "(nor does any environment it wraps), so there is nothing to draw."
-        )
+        raise ValueError(f"record_episodes: {no_render_message(env)}")
     if max_steps is None:
         max_steps = min(default_max_steps(env), 1_000)
     first, frames, was_done = jax.device_get(

@@ -129,7 +129,15 @@ class ConsoleLogger(AbstractLogger):
         _write_line(" | ".join(parts))
 
     def log_summary(self, values: Mapping[str, Any]) -> None:
-        _write_line(", ".join(f"{k} {_format(v)}" for k, v in values.items()))
+        """Print the summary, after the last metrics line if it is still pending.
+        `compile_seconds` is left out: the [`Trainer`][eqxrl.Trainer] prints it
+        when compilation ends."""
+        if self._pending is not None:
+            self._print(self._pending)
+            self._pending = None
+        shown = {k: v for k, v in values.items() if k != "compile_seconds"}
+        if shown:
+            _write_line(", ".join(f"{k} {_format(v)}" for k, v in shown.items()))
 
     def close(self) -> None:
         if self._pending is not None:

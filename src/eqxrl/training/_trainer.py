@@ -18,7 +18,6 @@ import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree
 
 from ..algorithms import AbstractAlgorithm, check_entropy_collapse
-from ..algorithms._base import jit_with_options
 from ._checkpoint import (
     CheckpointError,
     _atomic_write,
@@ -393,13 +392,18 @@ class Trainer(eqx.Module):
     ) -> tuple[PyTree, dict[str, np.ndarray]]:
         """Train, from scratch or from the latest checkpoint in `out`.
 
+        A run folder belongs to one process at a time (a lock file: a second `fit`
+        on the same folder stops at once), and a new run never overwrites one: a
+        folder that holds checkpoints or results (`config.json`, `metrics.csv`,
+        `policy.eqx`, ...) is refused unless `resume`.
+
         **Arguments:**
 
         - `seed`: the run's seed: the training key is `jax.random.key(seed)` (split
           into `num_seeds` keys when training several seeds).
-        - `resume`: continue from the latest checkpoint in `out/checkpoints/` (start
-          from scratch if there is none). Without it, a folder that already holds
-          checkpoints is refused, so nothing is overwritten.
+        - `resume`: continue from the latest checkpoint in `out/checkpoints/`; with
+          none, start from scratch (dropping rows logged by a run killed before its
+          first checkpoint).
         - `stop_at_iteration`: return once this many iterations (counted from the
           start of the run) are done, writing a checkpoint there; resume later to
           finish. Default: the algorithm's `num_iterations`.
@@ -412,14 +416,70 @@ class Trainer(eqx.Module):
         `num_seeds`) and the metrics of the iterations run by this call, as NumPy
         arrays `[iterations]` (`[iterations, num_seeds]`).
         """
-        algorithm = self.algorithm
-        total = algorithm.num_iterations
+        total = self.algorithm.num_iterations
         stop = total if stop_at_iteration is None else min(stop_at_iteration, total)
-        spi = self.steps_per_iteration
-        out = None if self.out is None else Path(self.out)
-        config = self._config()
-        run_config = {
-            "algorithm": config,
+        if resume and self.out is None:
+            raise ValueError("Trainer.fit(resume=True) needs an output folder (out=).")
+        # Everything that can fail for a wrong folder or checkpoint fails here,
+        # before anything is compiled or written.
+        folder = None if self.out is None else _RunFolder.open(Path(self.out), resume)
+        loggers: tuple = ()
+        progress = None
+        try:
+            state, iteration, time_offset = self._starting_point(folder, seed)
+            loggers = self._start_logging(folder, seed, iteration, resume)
+            state, run_chunk, compile_seconds = self._compile(state, seed, iteration)
+            for logger in loggers:
+                logger.log_summary({"compile_seconds": compile_seconds})
+            progress = _Progress(
+                total * self.steps_per_iteration,
+                iteration * self.steps_per_iteration,
+                self.progress,
+            )
+            state, history, run_seconds = self._train_chunks(
+                run_chunk,
+                state,
+                iteration,
+                stop,
+                time_offset,
+                folder,
+                seed,
+                loggers,
+                progress,
+                callback,
+            )
+            progress.close()
+            progress = None
+            iteration = iteration + sum(len(next(iter(h.values()))) for h in history)
+            self._finish_run(
+                folder, state, seed, iteration, compile_seconds, run_seconds, loggers
+            )
+        finally:
+            if progress is not None:
+                progress.close()
+            for logger in loggers:
+                logger.close()
+            if folder is not None:
+                folder.release()
+        if folder is not None and iteration == total:
+            self._say(f"wrote {folder.describe_contents()}")
+
+        metrics = {}
+        if history:
+            metrics = {k: np.concatenate([h[k] for h in history]) for k in history[0]}
+        if metrics and len(next(iter(metrics.values()))) == total:
+            # A whole run in one call: the host-side checks `algorithm.train` does.
+            check_entropy_collapse(
+                {k: np.moveaxis(v, 0, -1) for k, v in metrics.items()}
+            )
+        return state, metrics
+
+    # ----------------------------------------------------------------------------------
+    # The steps of `fit`
+
+    def _run_config(self, seed: int) -> dict[str, Any]:
+        return {
+            "algorithm": self._config(),
             "seed": seed,
             "num_seeds": self.num_seeds,
             "trainer": {
@@ -430,183 +490,188 @@ class Trainer(eqx.Module):
                 "eval_episodes": self.eval_episodes,
                 "eval_deterministic": self.eval_deterministic,
             },
-            "steps_per_iteration": spi,
-            "num_iterations": total,
+            "steps_per_iteration": self.steps_per_iteration,
+            "num_iterations": self.algorithm.num_iterations,
         }
 
-        # Everything that can fail for a wrong folder or checkpoint fails here,
-        # before anything is compiled or written.
-        state = None
-        iteration = 0
-        time_offset = 0.0
-        checkpoints_dir = None
-        if out is not None:
-            _check_writable(out)
-            checkpoints_dir = out / "checkpoints"
-            existing = list_checkpoints(checkpoints_dir)
-            if existing and not resume:
-                raise FileExistsError(
-                    f"{out} already holds a run (latest checkpoint: iteration "
-                    f"{existing[-1][0]}). Resume it (resume=True, --resume) or choose "
-                    "another output folder; nothing was changed."
-                )
-            if existing:
-                state, iteration, time_offset = self._resume(
-                    existing[-1][1], config, seed
-                )
-            elif resume:
-                self._say(f"no checkpoint in {checkpoints_dir}: starting from scratch")
-            checkpoints_dir.mkdir(exist_ok=True)
-            for stale in checkpoints_dir.glob(".checkpoint-*.tmp"):
-                stale.unlink(missing_ok=True)  # left by a process killed mid-write
-        elif resume:
-            raise ValueError("Trainer.fit(resume=True) needs an output folder (out=).")
+    def _starting_point(
+        self, folder: "_RunFolder | None", seed: int
+    ) -> tuple[PyTree | None, int, float]:
+        """`(state, iteration, seconds already trained)` from the latest checkpoint,
+        or `(None, 0, 0.0)` to start from scratch."""
+        if folder is None or not folder.checkpoints:
+            if folder is not None and folder.resume:
+                self._say(f"no checkpoint in {folder.checkpoints_dir}: starting anew")
+            return None, 0, 0.0
+        return self._resume(folder, seed)
 
-        loggers = self._make_loggers(out, resumed=iteration > 0)
+    def _start_logging(
+        self, folder: "_RunFolder | None", seed: int, iteration: int, resume: bool
+    ) -> tuple:
+        """The loggers, cut back to `iteration` when resuming, and the run's
+        `config.json`."""
+        loggers = self._make_loggers(folder, resumed=iteration > 0)
+        run_config = self._run_config(seed)
+        for logger in loggers:
+            if resume:
+                # Also with no checkpoint to resume from (iteration 0): rows logged
+                # by a run killed before its first checkpoint are dropped, not
+                # logged twice.
+                logger.resume(iteration, iteration * self.steps_per_iteration)
+            logger.start(run_config)
+        if folder is not None:
+            _write_json(folder.path / "config.json", run_config)
+        return loggers
+
+    def _compile(
+        self, state: PyTree | None, seed: int, iteration: int
+    ) -> tuple[PyTree, Callable, float]:
+        """The initial state (when not resuming) and the chunk program compiled with
+        the algorithm's `compiler_options` (always a top-level call here)."""
+        algorithm = self.algorithm
+        self._say(
+            f"{type(algorithm).__name__} on {describe_devices()} | "
+            f"{algorithm.num_iterations:,d} iterations x "
+            f"{self.steps_per_iteration:,d} steps"
+            + (f" x {self.num_seeds} seeds" if self.num_seeds else "")
+            + (f" | resuming at iteration {iteration:,d}" if iteration else "")
+        )
+        start = time.perf_counter()
+        if state is None:
+            state = _init(algorithm, jr.key(seed), self.num_seeds)
+        run_chunk = eqx.filter_jit(
+            _run_chunk,
+            donate="all-except-first",
+            compiler_options=algorithm.compiler_options or None,
+        )
+        compiled = run_chunk.lower(
+            algorithm,
+            state,
+            jnp.int32(0),
+            self.chunk_size,
+            self.num_seeds is not None,
+        ).compile()
+        compile_seconds = time.perf_counter() - start
+        self._say(f"compiled in {compile_seconds:.1f} s")
+        return state, compiled, compile_seconds
+
+    def _train_chunks(
+        self,
+        run_chunk: Callable,
+        state: PyTree,
+        iteration: int,
+        stop: int,
+        time_offset: float,
+        folder: "_RunFolder | None",
+        seed: int,
+        loggers: tuple,
+        progress: "_Progress",
+        callback: Callable | None,
+    ) -> tuple[PyTree, list[dict[str, np.ndarray]], float]:
+        """Chunks of iterations until `stop`: each chunk one compiled call, then on
+        the host its rows logged, a check for divergence, and a checkpoint or an
+        evaluation when one is due. Returns the state, the chunks' metrics and the
+        seconds of training (of the whole run, with earlier sessions')."""
+        spi = self.steps_per_iteration
         key = jr.key(seed)
-        eval_key = jr.fold_in(key, 0x5EED)
+        eval_key = jr.fold_in(key, _EVAL_SEED)
+        checkpoint_every = self._checkpoint_interval()
         history: list[dict[str, np.ndarray]] = []
-        progress = None
-        try:
-            for logger in loggers:
-                if iteration > 0:
-                    logger.resume(iteration, iteration * spi)
-                logger.start(run_config)
-            if out is not None:
-                _write_json(out / "config.json", run_config)
-
-            self._say(
-                f"{type(algorithm).__name__} on {describe_devices()} | {total:,d} "
-                f"iterations x {spi:,d} steps"
-                + (f" x {self.num_seeds} seeds" if self.num_seeds else "")
-                + (f" | resuming at iteration {iteration:,d}" if iteration else "")
-            )
-            start = time.perf_counter()
-            if state is None:
-                state = _init(algorithm, key, self.num_seeds)
-            run_chunk = jit_with_options(
-                _run_chunk, algorithm.compiler_options, donate="all-except-first"
-            )
-            compiled = run_chunk.lower(  # type: ignore[attr-defined]
-                algorithm,
+        loop_start = time.perf_counter() - time_offset
+        while iteration < stop:
+            count = self._chunk_length(iteration, stop, checkpoint_every, folder)
+            chunk_start = time.perf_counter() - loop_start
+            state, metrics, diverged = run_chunk(
+                self.algorithm,
                 state,
-                jnp.int32(0),
+                jnp.int32(count),
                 self.chunk_size,
                 self.num_seeds is not None,
-            ).compile()
-            compile_seconds = time.perf_counter() - start
-            self._say(f"compiled in {compile_seconds:.1f} s")
-            for logger in loggers:
-                logger.log_summary({"compile_seconds": compile_seconds})
-
-            progress = _Progress(total * spi, iteration * spi, self.progress)
-            loop_start = time.perf_counter() - time_offset
-            checkpoint_every = self._checkpoint_interval()
-            last_saved = iteration
-            while iteration < stop:
-                boundaries = [stop, iteration + self.chunk_size]
-                if out is not None:
-                    boundaries.append(
-                        (iteration // checkpoint_every + 1) * checkpoint_every
-                    )
-                if self.eval_every is not None:
-                    boundaries.append(
-                        (iteration // self.eval_every + 1) * self.eval_every
-                    )
-                count = min(boundaries) - iteration
-                chunk_start = time.perf_counter() - loop_start
-                state, metrics, diverged = compiled(
-                    algorithm,
-                    state,
-                    jnp.int32(count),
-                    self.chunk_size,
-                    self.num_seeds is not None,
-                )
-                metrics = {
-                    k: np.asarray(v[:count]) for k, v in jax.device_get(metrics).items()
-                }
-                history.append(metrics)
-                chunk_end = time.perf_counter() - loop_start
-                first = iteration
-                iteration += count
-
-                rows = self._rows(metrics, first, spi, chunk_start, chunk_end)
-                if self.eval_every is not None and iteration % self.eval_every == 0:
-                    evaluations, _ = self._evaluation_rows(state, eval_key, iteration)
-                    for row, evaluation in zip(rows[-len(evaluations) :], evaluations):
-                        row.update({f"eval_{k}": v for k, v in evaluation.items()})
-                for row in rows:
-                    for logger in loggers:
-                        logger.log(row)
-                for logger in loggers:
-                    logger.flush()
-                progress.update(count * spi, _latest_return(metrics))
-                if self.throw:
-                    _raise_if_diverged(
-                        np.asarray(diverged)[:count],
-                        first,
-                        None if out is None else checkpoints_dir,
-                    )
-
-                if out is not None and (
-                    iteration % checkpoint_every == 0 or iteration == stop
-                ):
-                    self._save(
-                        checkpoints_dir, state, config, seed, iteration, chunk_end
-                    )
-                    last_saved = iteration
-                if callback is not None:
-                    callback(iteration, state, metrics)
-            progress.close()
-            progress = None
-
-            run_seconds = time.perf_counter() - loop_start
-            if out is not None and last_saved != iteration:
-                self._save(checkpoints_dir, state, config, seed, iteration, run_seconds)
-            summary: dict[str, Any] = {
-                "compile_seconds": compile_seconds,
-                "run_seconds": run_seconds,
-                "iterations": iteration,
-                "env_steps": iteration * spi,
-                "steps_per_second": (
-                    iteration * spi / run_seconds if run_seconds > 0 else None
-                ),
-            }
-            if iteration == total:
-                summary.update(self._finish(out, state, config, seed, eval_key))
-            for logger in loggers:
-                logger.log_summary(
-                    {k: v for k, v in summary.items() if isinstance(v, int | float)}
-                )
-            if out is not None:
-                _write_json(out / "summary.json", summary)
-                if iteration == total:
-                    self._plot(out)
-        finally:
-            if progress is not None:
-                progress.close()
-            for logger in loggers:
-                logger.close()
-
-        if history:
-            metrics = {k: np.concatenate([h[k] for h in history]) for k in history[0]}
-        else:
-            metrics = {}
-        if metrics and len(metrics[next(iter(metrics))]) == total:
-            # A whole run in one call: the host-side checks `algorithm.train` does.
-            check_entropy_collapse(
-                {k: np.moveaxis(v, 0, -1) for k, v in metrics.items()}
             )
-        return state, metrics
+            metrics = {
+                k: np.asarray(v[:count]) for k, v in jax.device_get(metrics).items()
+            }
+            history.append(metrics)
+            chunk_end = time.perf_counter() - loop_start
+            first = iteration
+            iteration += count
 
-    # ----------------------------------------------------------------------------------
+            rows = self._rows(metrics, first, spi, chunk_start, chunk_end)
+            if self.eval_every is not None and iteration % self.eval_every == 0:
+                evaluations, _ = self._evaluation_rows(state, eval_key, iteration)
+                for row, evaluation in zip(rows[-len(evaluations) :], evaluations):
+                    row.update({f"eval_{k}": v for k, v in evaluation.items()})
+            for row in rows:
+                for logger in loggers:
+                    logger.log(row)
+            for logger in loggers:
+                logger.flush()
+            progress.update(count * spi, _latest_return(metrics))
+            if self.throw:
+                _raise_if_diverged(np.asarray(diverged)[:count], first, folder)
+            if folder is not None and (
+                iteration % checkpoint_every == 0 or iteration == stop
+            ):
+                self._save(folder, state, seed, iteration, chunk_end)
+            if callback is not None:
+                callback(iteration, state, metrics)
+        return state, history, time.perf_counter() - loop_start
 
-    def _make_loggers(self, out: Path | None, resumed: bool) -> tuple:
+    def _chunk_length(
+        self,
+        iteration: int,
+        stop: int,
+        checkpoint_every: int,
+        folder: "_RunFolder | None",
+    ) -> int:
+        """Iterations of the next chunk: up to `chunk_size`, ending at the next
+        checkpoint or evaluation if one comes first."""
+        boundaries = [stop, iteration + self.chunk_size]
+        if folder is not None:
+            boundaries.append((iteration // checkpoint_every + 1) * checkpoint_every)
+        if self.eval_every is not None:
+            boundaries.append((iteration // self.eval_every + 1) * self.eval_every)
+        return min(boundaries) - iteration
+
+    def _finish_run(
+        self,
+        folder: "_RunFolder | None",
+        state: PyTree,
+        seed: int,
+        iteration: int,
+        compile_seconds: float,
+        run_seconds: float,
+        loggers: tuple,
+    ) -> None:
+        """At the end of a whole run, the final evaluation, the policy export, the
+        GIF and the curve; after any `fit`, `summary.json` and the loggers'
+        summary."""
+        spi = self.steps_per_iteration
+        summary: dict[str, Any] = {
+            "compile_seconds": compile_seconds,
+            "run_seconds": run_seconds,
+            "iterations": iteration,
+            "env_steps": iteration * spi,
+            "steps_per_second": iteration * spi / run_seconds if run_seconds else None,
+        }
+        if iteration == self.algorithm.num_iterations:
+            eval_key = jr.fold_in(jr.key(seed), _EVAL_SEED)
+            summary.update(self._finish(folder, state, seed, eval_key))
+        for logger in loggers:
+            logger.log_summary(
+                {k: v for k, v in summary.items() if isinstance(v, int | float)}
+            )
+        if folder is not None:
+            _write_json(folder.path / "summary.json", summary)
+            if iteration == self.algorithm.num_iterations:
+                self._plot(folder.path)
+
+    def _make_loggers(self, folder: "_RunFolder | None", resumed: bool) -> tuple:
         if self.loggers is not None:
             return tuple(self.loggers)
         loggers: list[AbstractLogger] = [ConsoleLogger()] if self.verbose else []
-        if out is not None:
-            loggers.append(CSVLogger(out / "metrics.csv", append=resumed))
+        if folder is not None:
+            loggers.append(CSVLogger(folder.path / "metrics.csv", append=resumed))
         return tuple(loggers)
 
     def _rows(
@@ -636,7 +701,14 @@ class Trainer(eqx.Module):
                 rows.append(row)
         return rows
 
-    def _save(self, directory, state, config, seed, iteration, elapsed) -> None:
+    def _save(
+        self,
+        folder: "_RunFolder",
+        state: PyTree,
+        seed: int,
+        iteration: int,
+        elapsed: float,
+    ) -> None:
         metadata = {
             "iteration": iteration,
             "env_steps": iteration * self.steps_per_iteration,
@@ -644,26 +716,44 @@ class Trainer(eqx.Module):
             "num_seeds": self.num_seeds,
             "time": elapsed,
         }
-        write_checkpoint_file(
-            checkpoint_path(directory, iteration),
-            state,
-            kind="training_state",
-            config=config,
-            batch_shape=() if self.num_seeds is None else (self.num_seeds,),
-            metadata=metadata,
-        )
-        prune_checkpoints(directory, self.keep_checkpoints)
-
-    def _resume(self, path: Path, config, seed: int) -> tuple[PyTree, int, float]:
+        path = checkpoint_path(folder.checkpoints_dir, iteration)
         try:
-            state, _, header = load_training_state(
-                path, algorithm=self.algorithm, expected_config=config
+            write_checkpoint_file(
+                path,
+                state,
+                kind="training_state",
+                config=self._config(),
+                batch_shape=() if self.num_seeds is None else (self.num_seeds,),
+                metadata=metadata,
             )
         except CheckpointError as error:
-            raise CheckpointError(
-                f"Cannot resume: {error} (To resume from the checkpoint before it, "
-                f"delete {path}.)"
-            ) from None
+            intact = list_checkpoints(folder.checkpoints_dir)
+            last = (
+                f"The last intact checkpoint is {intact[-1][1]} (iteration "
+                f"{intact[-1][0]:,d}): free space (or fix the folder) and resume "
+                "from it with resume=True (--resume)."
+                if intact
+                else "No checkpoint of this run was written yet."
+            )
+            raise CheckpointError(f"{error} {last}") from None
+        prune_checkpoints(folder.checkpoints_dir, self.keep_checkpoints)
+        folder.checkpoints = list_checkpoints(folder.checkpoints_dir)
+
+    def _resume(self, folder: "_RunFolder", seed: int) -> tuple[PyTree, int, float]:
+        path = folder.checkpoints[-1][1]
+        try:
+            state, _, header = load_training_state(
+                path, algorithm=self.algorithm, expected_config=self._config()
+            )
+        except CheckpointError as error:
+            hint = ""
+            if error.corrupt:
+                hint = (
+                    f" To resume from the checkpoint before it, delete {path}."
+                    if len(folder.checkpoints) > 1
+                    else " It is the only checkpoint: start a new run."
+                )
+            raise CheckpointError(f"Cannot resume: {error}{hint}") from None
         metadata = header.get("metadata", {})
         for name, value in (("seed", seed), ("num_seeds", self.num_seeds)):
             if metadata.get(name) != value:
@@ -673,11 +763,25 @@ class Trainer(eqx.Module):
                     "same value to resume exactly."
                 )
         iteration = int(metadata["iteration"])
+        counted = getattr(state, "iteration", None)
+        if eqx.is_array(counted) and not bool(np.all(np.asarray(counted) == iteration)):
+            raise CheckpointError(
+                f"Cannot resume from {path}: its header says iteration {iteration:,d} "
+                f"but the state it holds has done {np.asarray(counted).ravel()[0]:,d} "
+                "iterations; the file is inconsistent."
+            )
+        if iteration > self.algorithm.num_iterations:
+            raise CheckpointError(
+                f"Cannot resume from {path}: it is at iteration {iteration:,d}, past "
+                f"the {self.algorithm.num_iterations:,d} iterations of this run."
+            )
         self._say(f"resuming from {path} (iteration {iteration:,d})")
         return state, iteration, float(metadata.get("time", 0.0))
 
-    def _finish(self, out, state, config, seed, eval_key) -> dict[str, Any]:
-        """Final evaluation; with `out`, the policy export and the GIF."""
+    def _finish(
+        self, folder: "_RunFolder | None", state: PyTree, seed: int, eval_key
+    ) -> dict[str, Any]:
+        """Final evaluation; with a run folder, the policy export and the GIF."""
         extras: dict[str, Any] = {}
         has_env = getattr(self.algorithm, "env", None) is not None
         best = 0
@@ -700,8 +804,9 @@ class Trainer(eqx.Module):
                 + f"): return {final['return_mean']:.4g} +- "
                 f"{final['return_std']:.3g}"
             )
-        if out is None:
+        if folder is None:
             return extras
+        out = folder.path
         single = state
         if self.num_seeds is not None:
             single = jtu.tree_map(lambda x: x[best] if eqx.is_array(x) else x, state)
@@ -716,6 +821,8 @@ class Trainer(eqx.Module):
                 "seed": seed,
                 "seed_index": best if self.num_seeds else None,
             },
+            env_name=self.env_name,
+            env_kwargs=self.env_kwargs,
         )
         if not has_env:
             return extras
@@ -745,25 +852,122 @@ class Trainer(eqx.Module):
 
 
 def _raise_if_diverged(
-    diverged: np.ndarray, first: int, checkpoints: Path | None
+    diverged: np.ndarray, first: int, folder: "_RunFolder | None"
 ) -> None:
     """Raise FloatingPointError naming the first iteration of a chunk after which
     the algorithm's `diverged` held."""
     if not diverged.any():
         return
     iteration = first + int(np.argmax(diverged)) + 1
-    where = (
-        ""
-        if checkpoints is None
-        else f" The latest checkpoint in {checkpoints} is from before it;"
-        " resume from it with a lower learning rate."
-    )
+    where = ""
+    if folder is not None and folder.checkpoints:
+        latest_iteration, latest = folder.checkpoints[-1]
+        where = (
+            f" The latest checkpoint, {latest} (iteration {latest_iteration:,d}), is "
+            "from before it; resume from it with a lower learning rate."
+        )
     raise FloatingPointError(
         f"Trainer: training diverged (a loss or the parameters became NaN or "
         f"infinite) at iteration {iteration}. Usual causes: a learning rate far too "
         "large, non-finite rewards or observations, unbounded rewards (try "
         "normalize_rewards)." + where + " Trainer(throw=False) trains on regardless."
     )
+
+
+# Run folders: what a new run refuses to overwrite, and one process at a time.
+_RESULT_FILES = (
+    "config.json",
+    "metrics.csv",
+    "metrics.jsonl",
+    "summary.json",
+    "policy.eqx",
+    "curve.png",
+    "eval.gif",
+)
+_LOCK_FILE = ".eqxrl.lock"
+_EVAL_SEED = 0x5EED
+
+
+class _RunFolder:
+    """A run folder opened by one `Trainer.fit`: writable, locked against other
+    processes, and either new, or resumed on purpose."""
+
+    def __init__(self, path: Path, resume: bool, lock: Any):
+        self.path = path
+        self.resume = resume
+        self.checkpoints_dir = path / "checkpoints"
+        self.checkpoints = list_checkpoints(self.checkpoints_dir)
+        self._lock = lock
+
+    @classmethod
+    def open(cls, path: Path, resume: bool) -> "_RunFolder":
+        _check_writable(path)
+        lock = _lock_folder(path)
+        try:
+            folder = cls(path, resume, lock)
+            if not resume:
+                folder.refuse_earlier_results()
+            folder.checkpoints_dir.mkdir(exist_ok=True)
+            for stale in folder.checkpoints_dir.glob(".checkpoint-*.tmp"):
+                stale.unlink(missing_ok=True)  # left by a process killed mid-write
+        except BaseException:
+            _unlock(lock)
+            raise
+        return folder
+
+    def refuse_earlier_results(self) -> None:
+        found = [name for name in _RESULT_FILES if (self.path / name).exists()]
+        if self.checkpoints:
+            found.insert(0, f"checkpoints up to iteration {self.checkpoints[-1][0]:,d}")
+        if found:
+            raise FileExistsError(
+                f"{self.path} already holds a run ({', '.join(found)}). Resume it "
+                "(resume=True, --resume) or choose another output folder; nothing "
+                "was changed."
+            )
+
+    def describe_contents(self) -> str:
+        """`runs/x/: checkpoints/, config.json, ...`: what the folder holds."""
+        entries = sorted(
+            entry.name + ("/" if entry.is_dir() else "")
+            for entry in self.path.iterdir()
+            if not entry.name.startswith(".")
+        )
+        return f"{self.path}/: {', '.join(entries)}"
+
+    def release(self) -> None:
+        _unlock(self._lock)
+        self._lock = None
+
+
+def _lock_folder(path: Path) -> Any:
+    """An exclusive lock on `path/.eqxrl.lock` (released when the process ends,
+    however it ends), or a `FileExistsError` if another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return None
+    handle = open(path / _LOCK_FILE, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise FileExistsError(
+            f"{path} is in use by another training process (pid {holder}); wait for "
+            "it to finish or choose another output folder."
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def _unlock(handle: Any) -> None:
+    if handle is not None:
+        handle.close()  # closing the file releases the lock
 
 
 def _python_numbers(values: np.ndarray) -> list:
