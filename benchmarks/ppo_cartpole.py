@@ -23,6 +23,11 @@ an idle 2-core CPU, 7.5 minutes measured with other jobs loading it ~5x):
     NPROC=8 .venv/bin/python benchmarks/ppo_cartpole.py
     NPROC=8 .venv/bin/python benchmarks/ppo_cartpole.py --configs contract \
         --repeats 9
+    .venv/bin/python benchmarks/ppo_cartpole.py --configs contract seeds8 \
+        --total-timesteps 4096 --repeats 1
+
+(the last a quick check that the script works; `wide` needs at least 65,536 steps,
+one iteration).
 
 `measure_eqxrl_ppo(config_name, repeats)` returns the numbers as a dict;
 `compile_eqxrl_ppo(config_name)` returns a timed runner, which `peers.py`
@@ -51,9 +56,14 @@ DEFAULT_REPEATS = 3
 LAST_ITERATIONS = 10
 
 
-def make_ppo(config_name: str) -> eqxrl.PPO:
-    """The `eqxrl.PPO` of a named configuration (everything else at its default)."""
-    return eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1"), **CONFIGS[config_name])
+def make_ppo(config_name: str, total_timesteps: int | None = None) -> eqxrl.PPO:
+    """The `eqxrl.PPO` of a named configuration (everything else at its default),
+    optionally with another number of steps (e.g. a short run that only checks that
+    the benchmark works)."""
+    config = dict(CONFIGS[config_name])
+    if total_timesteps is not None:
+        config["total_timesteps"] = total_timesteps
+    return eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1"), **config)
 
 
 def final_return(episode_returns: np.ndarray) -> np.ndarray:
@@ -66,9 +76,10 @@ def _train_seeds(ppo: eqxrl.PPO, keys):
 
 
 def compile_eqxrl_ppo(
-    config_name: str,
+    config_name: str, total_timesteps: int | None = None
 ) -> tuple[Callable[[int], tuple[float, np.ndarray, eqxrl.PPOState]], float, int]:
-    """Compile a whole eqxrl PPO run of a named configuration.
+    """Compile a whole eqxrl PPO run of a named configuration (with
+    `total_timesteps` steps if given).
 
     **Returns:**
 
@@ -78,7 +89,7 @@ def compile_eqxrl_ppo(
     `state` the final training state (batched over seeds for `seeds8`). `env_steps`
     counts the environment steps of one `run`, over all seeds.
     """
-    ppo = make_ppo(config_name)
+    ppo = make_ppo(config_name, total_timesteps)
     num_seeds = NUM_SEEDS[config_name]
     # What users run: `ppo.train` (its XLA options included), returning the state
     # and every metric. (Returning `episode_return` alone let XLA drop the other
@@ -115,13 +126,18 @@ def compile_eqxrl_ppo(
     return run, compile_seconds, env_steps
 
 
-def measure_eqxrl_ppo(config_name: str, repeats: int = DEFAULT_REPEATS) -> dict:
+def measure_eqxrl_ppo(
+    config_name: str,
+    repeats: int = DEFAULT_REPEATS,
+    total_timesteps: int | None = None,
+) -> dict:
     """Compile time, steps/s and final return of eqxrl PPO on CartPole-v1.
 
     **Arguments:**
 
     - `config_name`: `"contract"`, `"wide"` or `"seeds8"` (see the module docstring).
     - `repeats`: timed runs (keys 1..repeats) after one untimed warm-up (key 0).
+    - `total_timesteps`: steps per run (per seed) instead of the configuration's.
 
     **Returns:**
 
@@ -131,7 +147,7 @@ def measure_eqxrl_ppo(config_name: str, repeats: int = DEFAULT_REPEATS) -> dict:
     median) and `worst_seed_return` (the lowest single seed's final return over all
     timed runs).
     """
-    run, compile_seconds, env_steps = compile_eqxrl_ppo(config_name)
+    run, compile_seconds, env_steps = compile_eqxrl_ppo(config_name, total_timesteps)
     warmup_seconds, _, _ = run(0)
     seconds, returns = [], []
     for seed in range(1, repeats + 1):
@@ -160,6 +176,13 @@ def main() -> None:
         "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS)
     )
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument(
+        "--total-timesteps",
+        type=int,
+        default=None,
+        help="steps per run (per seed) for every configuration, instead of its own "
+        "(e.g. 8192 for a quick check that the script works)",
+    )
     args = parser.parse_args()
 
     print(
@@ -173,8 +196,8 @@ def main() -> None:
     )
     print(header)
     for name in args.configs:
-        result = measure_eqxrl_ppo(name, args.repeats)
-        ppo = make_ppo(name)
+        result = measure_eqxrl_ppo(name, args.repeats, args.total_timesteps)
+        ppo = make_ppo(name, args.total_timesteps)
         final = f"{result['final_return']:.1f}"
         if result["num_seeds"] > 1:
             final += f" (worst seed {result['worst_seed_return']:.1f})"

@@ -15,7 +15,12 @@ update alone, as many environment benchmarks do. Jumanji's game is wrapped in it
 observation).
 
 PPO: steps/s of whole training iterations (rollout and updates, compiled once, compile
-time excluded) with the CNN, grid-transformer and MLP actor-critics.
+time excluded) with the MLP, CNN and grid-transformer actor-critics.
+
+A quick check that the script works (seconds, not a measurement):
+
+    python benchmarks/snake.py --sizes 6 --num-envs 64 --pairs 1 --ppo-size 6 \
+        --policies mlp
 """
 
 import argparse
@@ -130,24 +135,25 @@ def benchmark_env(size: int, num_envs: int, pairs: int, consume: bool) -> None:
     )
 
 
+# PPO's `network_factory` per policy (`None`: the default MLP on the flat board), and
+# the iterations of a timed run.
+NETWORK_FACTORIES = {
+    "mlp": None,
+    "cnn": eqxrl.nn.CNNActorCritic.from_env,
+    "transformer": eqxrl.nn.GridTransformerActorCritic.from_env,
+}
+PPO_ITERATIONS = {"mlp": 4, "cnn": 2, "transformer": 1}
+
+
 def benchmark_ppo(policy: str, size: int, iterations: int, repeats: int) -> None:
     env = eqxrl.envs.Snake(height=size, width=size)
-
-    def factory(env, key):
-        shape = env.observation_space.shape
-        if policy == "cnn":
-            return eqxrl.nn.CNNActorCritic(shape, 4, key=key)
-        if policy == "transformer":
-            return eqxrl.nn.GridTransformerActorCritic(shape, 4, key=key)
-        return eqxrl.nn.MLPActorCritic(size * size * 3, 4, key=key)
-
     num_envs, num_steps = 64, 64
     ppo = eqxrl.PPO(
         env=env,
         num_envs=num_envs,
         num_steps=num_steps,
         total_timesteps=num_envs * num_steps * iterations,
-        network_factory=factory,
+        network_factory=NETWORK_FACTORIES[policy],
         observation_storage_dtype=jnp.uint8,
     )
     run = eqx.filter_jit(ppo.train, compiler_options=ppo.compiler_options)
@@ -176,6 +182,16 @@ def main() -> None:
         "state update alone",
     )
     parser.add_argument("--skip-ppo", action="store_true")
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        choices=list(NETWORK_FACTORIES),
+        default=list(NETWORK_FACTORIES),
+        help="actor-critics timed in the PPO part",
+    )
+    parser.add_argument(
+        "--ppo-size", type=int, default=10, help="board height and width, PPO part"
+    )
     args = parser.parse_args()
     print(
         f"jax {jax.__version__} on {jax.devices()[0].device_kind}; Jumanji "
@@ -187,9 +203,9 @@ def main() -> None:
             for num_envs in args.num_envs:
                 benchmark_env(size, num_envs, args.pairs, not args.ignore_observation)
     if not args.skip_ppo:
-        benchmark_ppo("mlp", 10, iterations=4, repeats=3)
-        benchmark_ppo("cnn", 10, iterations=2, repeats=3)
-        benchmark_ppo("transformer", 10, iterations=1, repeats=1)
+        for policy in args.policies:
+            repeats = 1 if policy == "transformer" else 3
+            benchmark_ppo(policy, args.ppo_size, PPO_ITERATIONS[policy], repeats)
 
 
 if __name__ == "__main__":

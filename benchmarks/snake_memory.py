@@ -11,7 +11,9 @@ for Snake) it prints:
   stores the observation (`height * width * 3 * itemsize`) and 30 bytes of action,
   log-probability, value, reward, flags, action mask and episode statistics, and the
   update adds 16 bytes per step (truncation values, next values, advantages, returns);
-- the bytes of the stacked `Transition` of one rollout (`jax.eval_shape`);
+- the bytes of the stacked `Transition`s of one rollout, `[num_steps, num_envs]` of
+  each field: one step of PPO's `training_env` as an `eqxrl.buffers.Transition`, with
+  the observation in the storage dtype, under `jax.eval_shape` (nothing is run);
 - XLA's scratch memory for one compiled `train_iteration` (`temp_size_in_bytes`),
   which also holds the minibatch activations (minibatch size `num_envs * num_steps /
   num_minibatches`);
@@ -46,21 +48,51 @@ def make_ppo(args, dtype):
         num_steps=args.num_steps,
         total_timesteps=args.num_envs * args.num_steps,
         num_minibatches=args.num_minibatches,
-        network_factory=lambda env, key: eqxrl.nn.CNNActorCritic(
-            env.observation_space.shape, 4, key=key
-        ),
+        network_factory=eqxrl.nn.CNNActorCritic.from_env,
         observation_storage_dtype=dtype,
+    )
+
+
+def rollout_bytes(ppo: eqxrl.PPO) -> int:
+    """Bytes of one rollout's stacked transitions, as PPO stores them."""
+    env = ppo.training_env
+
+    def one_step(key):
+        reset_key, action_key, step_key = jr.split(key, 3)
+        state, timestep = env.reset(reset_key)
+        action = env.action_space.sample(action_key)
+        _, next_timestep = env.step(state, action, step_key)
+        observation = timestep.observation
+        if ppo.observation_storage_dtype is not None:
+            observation = observation.astype(ppo.observation_storage_dtype)
+        return eqxrl.buffers.Transition(
+            observation=observation,
+            action=action,
+            log_prob=jnp.float32(0.0),
+            value=jnp.float32(0.0),
+            reward=next_timestep.reward,
+            terminated=next_timestep.terminated,
+            truncated=next_timestep.truncated,
+            action_mask=timestep.action_mask,
+            # PPO keeps the episode statistics of the environment's extras.
+            extras={
+                name: next_timestep.extras[name]
+                for name in ("episode_return", "episode_length")
+            },
+        )
+
+    keys = jr.split(jr.key(0), (ppo.num_steps, ppo.num_envs))
+    transitions = jax.eval_shape(jax.vmap(jax.vmap(one_step)), keys)
+    return sum(
+        math.prod(leaf.shape) * leaf.dtype.itemsize
+        for leaf in jax.tree.leaves(transitions)
     )
 
 
 def analyse(args, dtype) -> dict:
     ppo = make_ppo(args, dtype)
     state = eqx.filter_jit(ppo.init)(jr.key(0))
-    transitions = jax.eval_shape(lambda state: ppo._collect(state, jr.key(0))[2], state)
-    transition_bytes = sum(
-        math.prod(leaf.shape) * leaf.dtype.itemsize
-        for leaf in jax.tree.leaves(transitions)
-    )
+    transition_bytes = rollout_bytes(ppo)
     dynamic, static = eqx.partition((ppo, state), eqx.is_array)
 
     def iteration(dynamic):

@@ -12,15 +12,19 @@ process (A B C D, A B C D, ...) so that machine noise hits all alike:
   every chunk, a checkpoint every tenth of the run, the policy, curve.png, and the
   final 16-episode evaluation.
 
-It prints the compile time of each program (ahead-of-time `.lower().compile()`,
-separately from running), the run time of every round, then per variant the median
-and best environment steps per second and the median and best ratio to `train`.
-Every variant must end with bit-identical parameters (checked).
+It prints the compile time of each program, separately from running (`train`:
+ahead-of-time `ppo.lower(key).compile()`; the Trainer's chunk program: the
+`compile_seconds` the Trainer reports to its loggers on its first `fit`), the run
+time of every round, then per variant the median and best environment steps per
+second and the median and best ratio to `train`. Every variant must end with
+bit-identical parameters (checked).
 
     .venv/bin/python benchmarks/trainer_overhead.py --rounds 5
+    .venv/bin/python benchmarks/trainer_overhead.py --total-timesteps 16384 --rounds 1
 """
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
@@ -31,6 +35,19 @@ import jax.random as jr
 import numpy as np
 
 import eqxrl
+
+
+class CompileTime(eqxrl.training.AbstractLogger):
+    """A logger that keeps the compile time the Trainer reports, and nothing else."""
+
+    def __init__(self):
+        self.seconds = math.nan
+
+    def log(self, row):
+        del row
+
+    def log_summary(self, values):
+        self.seconds = values.get("compile_seconds", self.seconds)
 
 
 def parameters(state) -> list[np.ndarray]:
@@ -55,31 +72,29 @@ def main() -> None:
         f"{eqxrl.training.describe_devices()}"
     )
 
-    # Compile times, separately from running.
-    one_program = eqx.filter_jit(
-        lambda algorithm, key: algorithm.train_iterations(
-            algorithm.init(key), algorithm.num_iterations
-        ),
-        compiler_options=ppo.compiler_options,  # as `train` and the Trainer use
-    )
+    # Compile time of the one-program run, separately from running: `ppo.train` as
+    # it compiles itself (with the algorithm's `compiler_options`).
     start = time.perf_counter()
-    compiled_train = one_program.lower(ppo, jr.key(0)).compile()
+    compiled_train = ppo.lower(jr.key(0)).compile()
     print(f"compile train:        {time.perf_counter() - start:6.1f} s")
 
-    def run_train(seed: int):
-        state, _ = compiled_train(ppo, jr.key(seed))
+    def run_train(seed: int, compile_time: CompileTime | None = None):
+        del compile_time  # compiled above
+        state, _ = compiled_train(ppo, jr.key(seed), True)
         jax.block_until_ready(state)
         return state
 
     def trainer_runner(chunk_size: int, files: bool):
-        def run(seed: int):
+        def run(seed: int, compile_time: CompileTime | None = None):
             with tempfile.TemporaryDirectory() as folder:
                 trainer = eqxrl.Trainer(
                     ppo,
                     out=folder if files else None,
                     chunk_size=chunk_size,
                     eval_episodes=16 if files else 0,
-                    loggers=None if files else (),
+                    # With files, the default loggers: metrics.csv (no console
+                    # logger with `verbose=False`).
+                    loggers=None if files else (compile_time,) if compile_time else (),
                     progress=False,
                     verbose=False,
                 )
@@ -95,24 +110,21 @@ def main() -> None:
         "trainer64": trainer_runner(64, files=False),
         "trainer16+files": trainer_runner(16, files=True),
     }
-    # Warm-up: compiles the Trainer's chunk programs (timed) and the rest.
-    for name in ("trainer16", "trainer64"):
-        chunk = 16 if name == "trainer16" else 64
-        state = eqx.filter_jit(ppo.init)(jr.key(0))
-        start = time.perf_counter()
-        eqxrl.training._trainer._run_chunk.lower(
-            ppo, state, jax.numpy.int32(0), chunk, False
-        ).compile()
-        print(
-            f"compile {name}:    {time.perf_counter() - start:6.1f} s (chunk program)"
-        )
+    # Warm-up: every variant once, checked against `train`. A Trainer's first `fit`
+    # compiles its chunk program and reports the compile time to its loggers.
     reference = None
     for name, run in variants.items():
-        state = run(0)
+        compile_time = CompileTime()
+        state = run(0, compile_time)
         if reference is None:
             reference = parameters(state)
         same = all(np.array_equal(a, b) for a, b in zip(reference, parameters(state)))
-        print(f"warm-up {name:<16} bit-identical to train: {same}")
+        compiled = (
+            ""
+            if math.isnan(compile_time.seconds)
+            else f" (chunk program compiled in {compile_time.seconds:.1f} s)"
+        )
+        print(f"warm-up {name:<16} bit-identical to train: {same}{compiled}")
         assert same, name
 
     seconds: dict[str, list[float]] = {name: [] for name in variants}

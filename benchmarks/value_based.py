@@ -35,6 +35,8 @@ Run (from the repository root; rejax needs the peers venv):
     .venv/bin/python benchmarks/value_based.py --parts buffer defaults
     .venv-peers/bin/python benchmarks/value_based.py --parts peers --pairs 5 \
         --dqn-steps 100000 --iqn-steps 20000
+    .venv/bin/python benchmarks/value_based.py --parts buffer defaults \
+        --capacities 1000 --seeds 1 --defaults-steps 20000  # a quick check
 """
 
 import argparse
@@ -456,11 +458,13 @@ def with_doubled_updates(algorithm):
 # The defaults against the learning bar
 
 
-def run_defaults_part(seeds: int) -> None:
-    print(f"\nDefaults on CartPole-v1, 500,000 steps, {seeds} seeds vmapped")
+def run_defaults_part(seeds: int, total_timesteps: int = 500_000) -> None:
+    print(
+        f"\nDefaults on CartPole-v1, {total_timesteps:,} steps, {seeds} seeds vmapped"
+    )
     env = eqxrl.envs.make("CartPole-v1")
     for cls in (eqxrl.DQN, eqxrl.IQN):
-        algorithm = cls(env=env, total_timesteps=500_000)
+        algorithm = cls(env=env, total_timesteps=total_timesteps)
         train = eqx.filter_jit(
             lambda algorithm, keys: eqx.filter_vmap(algorithm.train)(keys)[1],
             compiler_options=algorithm.compiler_options,
@@ -477,8 +481,8 @@ def run_defaults_part(seeds: int) -> None:
         final = np.nanmean(returns[:, -last:], axis=1)
         print(
             f"  {cls.__name__}: compile {compile_seconds:.1f} s, run {seconds:.1f} s, "
-            f"{seeds * 500_000 / seconds:,.0f} steps/s (all seeds); final return per "
-            f"seed {np.round(final, 1).tolist()}; >= 400 on "
+            f"{seeds * total_timesteps / seconds:,.0f} steps/s (all seeds); final "
+            f"return per seed {[round(float(x), 1) for x in final]}; >= 400 on "
             f"{int((final >= 400).sum())} of {seeds}",
             flush=True,
         )
@@ -499,6 +503,12 @@ def main() -> None:
     parser.add_argument("--dqn-steps", type=int, default=100_000)
     parser.add_argument("--iqn-steps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument(
+        "--defaults-steps",
+        type=int,
+        default=500_000,
+        help="steps per seed of the defaults part (the learning bar needs 500,000)",
+    )
     parser.add_argument(
         "--capacities",
         type=int,
@@ -521,7 +531,7 @@ def main() -> None:
             for name in args.algorithms:
                 compare_with_rejax(name, steps[name], args.pairs)
     if "defaults" in args.parts:
-        run_defaults_part(args.seeds)
+        run_defaults_part(args.seeds, args.defaults_steps)
 
 
 if __name__ == "__main__":

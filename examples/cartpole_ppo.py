@@ -59,7 +59,6 @@ def main() -> None:
     returns = eqxrl.training.read_metrics(args.out)["episode_return"][-10:]
     final = float(np.nanmean(returns)) if not np.isnan(returns).all() else math.nan
     print(f"final return (mean of last 10 iterations): {final:.1f}")
-    print(f"wrote {args.out}/metrics.csv, policy.eqx, config.json, curve.png")
 
     # The exported policy loads alone (no pickle) and acts greedily, jitted.
     policy = eqxrl.load_policy(args.out / "policy.eqx")

@@ -1,6 +1,7 @@
 """Train eqxrl's PPO on a gymnasium (NumPy) environment through the host bridge, then
 run the trained policy in a plain gymnasium loop.
 
+    pip install "eqxrl[gymnasium]"
     python examples/gymnasium_bridge_ppo.py
     python examples/gymnasium_bridge_ppo.py --env CartPole-v1 --total-timesteps 50000
 
@@ -14,7 +15,12 @@ the environment you have, then port it to JAX and keep the rest of the code.
 import argparse
 import time
 
-import gymnasium
+try:
+    import gymnasium
+except ImportError:
+    raise SystemExit(
+        'this example needs gymnasium: pip install "eqxrl[gymnasium]"'
+    ) from None
 import jax
 import jax.random as jr
 import numpy as np

@@ -1,6 +1,6 @@
 """Train eqxrl's PPO on a gymnax environment, through `eqxrl.envs.from_gymnax`.
 
-    pip install 'eqxrl[gymnax]'
+    pip install "eqxrl[gymnax]"
     python examples/gymnax_env_ppo.py                       # CartPole-v1
     python examples/gymnax_env_ppo.py --env Acrobot-v1 --total-timesteps 200000
 
@@ -12,7 +12,10 @@ truncation apart in both cases, so PPO bootstraps through gymnax's time limit.
 import argparse
 import time
 
-import gymnax
+try:
+    import gymnax
+except ImportError:
+    raise SystemExit('this example needs gymnax: pip install "eqxrl[gymnax]"') from None
 import jax
 import jax.numpy as jnp
 import jax.random as jr

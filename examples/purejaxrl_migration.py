@@ -1,6 +1,7 @@
 """Coming from PureJaxRL: the same PPO from a PureJaxRL config, on a gymnax
 environment, and eqxrl environments inside a PureJaxRL-style loop.
 
+    pip install "eqxrl[gymnax]"
     python examples/purejaxrl_migration.py
     python examples/purejaxrl_migration.py --total-timesteps 500000
 
@@ -17,8 +18,11 @@ Three steps of a migration (see docs/migrating-from-purejaxrl.md):
 import argparse
 import time
 
+try:
+    import gymnax
+except ImportError:
+    raise SystemExit('this example needs gymnax: pip install "eqxrl[gymnax]"') from None
 import equinox as eqx
-import gymnax
 import jax
 import jax.numpy as jnp
 import jax.random as jr

@@ -1,6 +1,7 @@
 """Coming from Stable-Baselines3: SB3's PPO hyperparameters as `eqxrl.PPO`, training
 on the JAX CartPole, then `model.predict`-style use of the policy on gymnasium.
 
+    pip install "eqxrl[gymnasium]"
     python examples/sb3_migration.py
     python examples/sb3_migration.py --total-timesteps 20000
 
@@ -22,7 +23,12 @@ See docs/migrating-from-sb3.md for the mapping, name by name.
 import argparse
 import time
 
-import gymnasium
+try:
+    import gymnasium
+except ImportError:
+    raise SystemExit(
+        'this example needs gymnasium: pip install "eqxrl[gymnasium]"'
+    ) from None
 import jax
 import jax.random as jr
 import numpy as np

@@ -10,8 +10,9 @@ donated), prints progress between chunks, and writes under `--out`:
   KL, ...);
 - `learning_curve.png`: mean episode return against environment steps (needs
   matplotlib);
-- `policy.eqx`: the trained actor-critic (`eqx.tree_serialise_leaves`) and
-  `config.json`: the flags, enough to rebuild the network and load it;
+- `policy.eqx`: the greedy policy, in the format the `Trainer` writes: load it with
+  `eqxrl.load_policy(OUT)` or evaluate it with `eqxrl eval OUT`;
+- `config.json`: the flags;
 - `snake.gif`: the greedy policy playing one game, rendered inside one compiled
   program (needs Pillow: `pip install "eqxrl[render]"`).
 
@@ -76,19 +77,14 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def make_network_factory(policy: str):
-    """`factory(env, key) -> actor-critic`, the form PPO's `network_factory` takes."""
-
-    def factory(env, key):
-        shape = env.observation_space.shape
-        num_actions = env.action_space.num_values
-        if policy == "cnn":
-            return eqxrl.nn.CNNActorCritic(shape, num_actions, key=key)
-        if policy == "transformer":
-            return eqxrl.nn.GridTransformerActorCritic(shape, num_actions, key=key)
-        return eqxrl.nn.MLPActorCritic(math.prod(shape), num_actions, key=key)
-
-    return factory
+# PPO's `network_factory` per `--policy`: eqxrl's own functions, which the policy file
+# names, so that `eqxrl.load_policy` and `eqxrl eval` rebuild the network from it.
+# `None` is PPO's default network, an MLP on the flattened board.
+NETWORK_FACTORIES = {
+    "mlp": None,
+    "cnn": eqxrl.nn.CNNActorCritic.from_env,
+    "transformer": eqxrl.nn.GridTransformerActorCritic.from_env,
+}
 
 
 def random_policy(observation, key, action_mask):
@@ -193,7 +189,8 @@ def plot_learning_curve(env_steps, returns, path: Path, title: str) -> bool:
 def main() -> None:
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    env = eqxrl.envs.make("Snake-v0", height=args.size, width=args.size)
+    env_kwargs = {"height": args.size, "width": args.size}
+    env = eqxrl.envs.make("Snake-v0", **env_kwargs)
     ppo = eqxrl.PPO(
         env=env,
         num_envs=args.num_envs,
@@ -207,7 +204,7 @@ def main() -> None:
         clip_eps=args.clip_eps,
         ent_coef=args.ent_coef,
         vf_coef=args.vf_coef,
-        network_factory=make_network_factory(args.policy),
+        network_factory=NETWORK_FACTORIES[args.policy],
         # Snake's observations are 0/1: uint8 stores them exactly, in 1/4 the memory.
         observation_storage_dtype=jnp.uint8,
     )
@@ -267,7 +264,15 @@ def main() -> None:
     plotted = plot_learning_curve(
         env_steps, metrics["episode_return"], args.out / "learning_curve.png", title
     )
-    eqx.tree_serialise_leaves(args.out / "policy.eqx", state.model)
+    # The environment's id and arguments go into the file: it loads on its own.
+    eqxrl.training.save_policy(
+        args.out / "policy.eqx",
+        state,
+        ppo,
+        env_name="Snake-v0",
+        env_kwargs=env_kwargs,
+        metadata={"iteration": ppo.num_iterations, "seed": args.seed},
+    )
     config = {
         "env": "Snake-v0",
         "algorithm": "PPO",
@@ -301,6 +306,7 @@ def main() -> None:
         written.append("snake.gif")
     except ImportError as error:
         print(f"no GIF: {error}")
+    print(f"evaluate the policy again: eqxrl eval {args.out}")
     print(f"wrote {args.out}/: {', '.join(written)}")
 
 

@@ -1,12 +1,36 @@
-"""The examples run end to end (with tiny settings) and write what they promise."""
+"""The examples run end to end (with tiny settings), write what they promise (files
+that `eqxrl.load_policy` and `eqxrl eval` open), and answer `--help` in the venv of
+`make demo` (the `training` extra only), or say in one line which extra they need."""
 
+import re
+import runpy
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import jax.numpy as jnp
+import jax.random as jr
 import pytest
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+import eqxrl
+from eqxrl.training import main as eqxrl_main
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+EXAMPLE_NAMES = sorted(path.name for path in EXAMPLES.glob("*.py"))
+
+# Examples that need a package of another extra, and that extra.
+NEEDS_EXTRA = {
+    "gymnasium_bridge_ppo.py": "gymnasium",
+    "gymnax_env_ppo.py": "gymnax",
+    "purejaxrl_migration.py": "gymnax",
+    "sb3_migration.py": "gymnasium",
+}
+# Packages of the other extras: not in the venv of `make demo`.
+OUTSIDE_TRAINING_EXTRA = ("gymnasium", "gymnax", "wandb")
+
+NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
 def run_example(name: str, *args: str) -> str:
@@ -20,40 +44,157 @@ def run_example(name: str, *args: str) -> str:
     return result.stdout
 
 
+def numbers(pattern: str, output: str) -> list[float]:
+    """The numbers in the first match of `pattern` in `output`."""
+    match = re.search(pattern, output, re.MULTILINE)
+    assert match is not None, f"no match for {pattern!r} in:\n{output}"
+    return [float(group.replace(",", "")) for group in match.groups()]
+
+
+def eval_return(path: Path, capsys) -> float:
+    """`eqxrl eval PATH` (greedy, 8 episodes): the mean return it prints."""
+    assert eqxrl_main(["eval", str(path), "--episodes", "8"]) == 0
+    output = capsys.readouterr().out
+    assert "8 greedy episodes" in output, output
+    (mean,) = numbers(rf"^  return {NUMBER} \+-", output)
+    return mean
+
+
+# --------------------------------------------------------------------------------------
+# --help
+
+
+def run_help(name: str, monkeypatch, capsys) -> tuple[int | str | None, str]:
+    """`python examples/NAME --help`, in this process: the exit code (or message) and
+    what it printed."""
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), "--help"])
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    return exit.value.code, capsys.readouterr().out
+
+
+def flags(name: str) -> list[str]:
+    """The flags the example declares."""
+    source = (EXAMPLES / name).read_text()
+    found = re.findall(r'add_argument\(\s*"(--[a-z][\w-]*)"', source)
+    assert found, f"{name} declares no flags"
+    return found
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_help_lists_the_flags(name, monkeypatch, capsys):
+    if name in NEEDS_EXTRA:
+        pytest.importorskip(NEEDS_EXTRA[name])
+    code, output = run_help(name, monkeypatch, capsys)
+    assert code == 0 and output.startswith("usage:"), output
+    for flag in flags(name):
+        assert flag in output, (flag, output)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_help_with_the_training_extra_only(name, monkeypatch, capsys):
+    for module in OUTSIDE_TRAINING_EXTRA:
+        monkeypatch.setitem(sys.modules, module, None)  # `import module` fails
+    code, output = run_help(name, monkeypatch, capsys)
+    if name not in NEEDS_EXTRA:
+        assert code == 0 and output.startswith("usage:"), output
+        return
+    # `SystemExit(message)`: Python prints the message to stderr and exits with 1.
+    extra = NEEDS_EXTRA[name]
+    assert code == f'this example needs {extra}: pip install "eqxrl[{extra}]"'
+
+
+def test_training_extra_has_every_backend_of_the_training_driver():
+    """`pip install "eqxrl[training]"` (what `make demo` installs) gives the Trainer and
+    `eqxrl train` their progress bar, plots, GIFs and `--log tensorboard`: every
+    single-purpose extra but wandb's (an account-based service) is part of it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    training = set(extras["training"])
+    for name in ("progress", "render", "plot", "tensorboard"):
+        assert set(extras[name]) <= training, name
+
+
+# --------------------------------------------------------------------------------------
+# Runs
+
+
 @pytest.mark.slow
-def test_cartpole_example_writes_outputs(tmp_path):
+def test_cartpole_example_learns_and_writes_a_loadable_policy(tmp_path, capsys):
     output = run_example(
-        "cartpole_ppo.py", "--out", str(tmp_path), "--total-timesteps", "4096"
+        "cartpole_ppo.py",
+        *("--out", str(tmp_path), "--total-timesteps", "16384"),
+        *("--learning-rate", "1e-3"),
     )
-    assert "final return" in output
-    for name in ("metrics.csv", "policy.eqx", "config.json"):
+    # A random policy lasts about 22 steps; 32 iterations reach over 300.
+    (final,) = numbers(
+        rf"final return \(mean of last 10 iterations\): {NUMBER}", output
+    )
+    assert final > 100.0, output
+    (action,) = numbers(r"greedy action at the upright state: (\d+)", output)
+    assert action in (0, 1)
+    for name in ("metrics.csv", "policy.eqx", "config.json", "curve.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
-    assert len(rows) == 1 + 4096 // 512
+    assert len(rows) == 1 + 16384 // 512
+
+    policy = eqxrl.load_policy(tmp_path / "policy.eqx")
+    assert int(policy.act(jnp.zeros(4, jnp.float32), jr.key(0))) in (0, 1)
+    assert eval_return(tmp_path / "policy.eqx", capsys) > 100.0
 
 
 @pytest.mark.slow
-def test_masked_example_takes_no_invalid_action():
+def test_masked_example_takes_no_invalid_action_and_reaches_the_goal():
     output = run_example("masked_ppo.py", "--total-timesteps", "8192")
     assert "invalid actions taken: 0" in output
+    first, last = numbers(rf"episode length: first {NUMBER}, last 5 {NUMBER}", output)
+    assert last < first, output
+    path = re.search(r"greedy path: ([URDL]+) \(reached goal: True\)", output)
+    assert path is not None, output
+    assert len(path.group(1)) >= 8  # the shortest path
 
 
 @pytest.mark.slow
 def test_pendulum_example_prints_curve():
     output = run_example("pendulum_ppo.py", "--total-timesteps", "8192", "--seeds", "1")
-    assert "final return per seed" in output
+    # Pendulum's return per 200-step episode lies in [-16.3 * 200, 0].
+    curve = re.findall(rf"^\s*[\d,]+ steps: return\s+{NUMBER}$", output, re.MULTILINE)
+    assert len(curve) == 2, output  # 8192 // (16 envs x 256 steps) iterations
+    (final,) = numbers(
+        rf"final return per seed \(last 5 iterations\): \[{NUMBER}\]", output
+    )
+    for value in [*map(float, curve), final]:
+        assert -3300.0 <= value <= 0.0, output
 
 
 @pytest.mark.slow
-def test_snake_example_writes_outputs(tmp_path):
+def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(tmp_path, capsys):
     output = run_example(
         "snake_ppo.py",
         *("--out", str(tmp_path), "--size", "4", "--total-timesteps", "2048"),
         *("--num-envs", "16", "--eval-games", "8", "--gif-steps", "10"),
     )
-    assert "mean score" in output and "steps/s" in output
+    assert "steps/s" in output
+    # Food eaten per game, on a 4x4 board (at most 15).
+    scores = numbers(
+        rf"mean score \(food per game, 8 games\): greedy {NUMBER}, sampled {NUMBER}, "
+        rf"random {NUMBER}",
+        output,
+    )
+    assert all(0.0 <= score <= 15.0 for score in scores), output
     names = ("metrics.csv", "policy.eqx", "config.json", "learning_curve.png")
     for name in (*names, "snake.gif"):
         assert (tmp_path / name).stat().st_size > 0, name
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 2048 // (16 * 64)
+
+    # The file alone rebuilds the 4x4 game and the network.
+    policy = eqxrl.load_policy(tmp_path)
+    env = eqxrl.envs.make("Snake-v0", height=4, width=4)
+    _, timestep = env.reset(jr.key(0))
+    action = policy.act(timestep.observation, jr.key(1), timestep.action_mask)
+    assert bool(timestep.action_mask[action])
+    # `eqxrl eval RUN`, as after `make demo`: a return per game of -1 (lost at once)
+    # plus the food eaten.
+    assert -1.0 <= eval_return(tmp_path, capsys) <= 15.0

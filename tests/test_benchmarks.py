@@ -1,0 +1,185 @@
+"""Every benchmark script runs end to end, at its smallest settings, and prints its
+figures; and the benchmarks use eqxrl's public API only.
+
+Nothing is timed or compared here (the machine running the tests is shared): a run
+only has to finish and print a positive, finite number where the script prints its
+measurement.
+"""
+
+import ast
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+# Per script: the arguments of a run of seconds (the same code paths as `make bench`,
+# with tiny sizes), the figures it must print (a regular expression per figure, its
+# group a number) and the packages it needs beyond the dev venv's.
+SMOKE_RUNS = {
+    "env_throughput.py": (
+        ["--num-envs", "64", "--steps", "100", "--repeats", "1", "--min-work", "1000"],
+        [rf"^\s*64\s+100\s+{NUMBER}\s+{NUMBER}\s"],  # best and median steps/s
+        [],
+    ),
+    "ppo_cartpole.py": (
+        # One seed and vmapped seeds (`wide` is `contract` with other numbers).
+        ["--configs", "contract", "seeds8", "--total-timesteps", "4096"]
+        + ["--repeats", "1"],
+        [
+            rf"^\s*{name}\s+\d+\s+\d+ x \d+\s+\d+\s+{NUMBER}\s"  # median steps/s
+            for name in ("contract", "seeds8")
+        ],
+        [],
+    ),
+    "trainer_overhead.py": (
+        ["--total-timesteps", "16384", "--rounds", "1"],
+        [
+            rf"compile train:\s+{NUMBER} s",
+            r"warm-up train\s+bit-identical to train: True",
+            rf"warm-up trainer16\s+bit-identical to train: True \(chunk program "
+            rf"compiled in {NUMBER} s\)",
+            rf"warm-up trainer64\s+bit-identical to train: True \(chunk program "
+            rf"compiled in {NUMBER} s\)",
+            r"warm-up trainer16\+files\s+bit-identical to train: True",
+        ]
+        + [
+            rf"^\s*{name}\s+median\s+{NUMBER}\s+best"
+            for name in ("train", "trainer16", "trainer64", r"trainer16\+files")
+        ],
+        [],
+    ),
+    "gymnasium_bridge.py": (
+        ["--pairs", "1", "--num-envs", "2", "--rollout-steps", "64"]
+        + ["--iterations", "1"],
+        [
+            rf"plain Python loop over gymnasium CartPole-v1: {NUMBER} steps/s",
+            rf"\[env: .*\n.*bridge .*median\s+{NUMBER} steps/s",
+            rf"\[env: .*\n.*\n.*pure JAX \(make\) .*median\s+{NUMBER} steps/s",
+            rf"\[ppo: .*\n.*bridge .*median\s+{NUMBER} steps/s",
+            rf"\[ppo: .*\n.*\n.*pure JAX \(make\) .*median\s+{NUMBER} steps/s",
+        ],
+        ["gymnasium"],
+    ),
+    "snake.py": (
+        ["--sizes", "6", "--num-envs", "64", "--pairs", "1", "--ppo-size", "6"]
+        + ["--policies", "mlp"],
+        [
+            rf"6x6 N=\s*64: eqxrl\s+{NUMBER} M steps/s",
+            rf"PPO\s+mlp 6x6, .*:\s+{NUMBER} steps/s",
+        ],
+        [],
+    ),
+    "value_based.py": (
+        ["--parts", "buffer", "defaults", "--capacities", "1000", "--seeds", "1"]
+        + ["--defaults-steps", "20000"],
+        [
+            # add in scan (may round to 0.00), add donated, add copied, sample
+            # 1-step and 3-step (microseconds), in place
+            rf"^\s*1,000\s+\S+\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+True",
+            rf"DQN: compile {NUMBER} s, run \S+ s, {NUMBER} steps/s",
+            rf"IQN: compile {NUMBER} s, run \S+ s, {NUMBER} steps/s",
+        ],
+        [],
+    ),
+    "snake_memory.py": (
+        ["--size", "6", "--num-envs", "64", "--num-steps", "16"]
+        + ["--num-minibatches", "4"],
+        [
+            rf"{dtype}: formula .* = \s*{NUMBER} MiB \| stacked Transition\s+{NUMBER} "
+            rf"MiB \| XLA scratch for one iteration\s+{NUMBER} MiB"
+            for dtype in ("float32", "uint8")
+        ],
+        [],
+    ),
+    "peers.py": (
+        ["--skip-ppo", "--env-pairs", "1", "--num-envs", "64", "--env-steps", "100"]
+        + ["--min-work", "1000"],
+        [rf"steps/s median \(best\): eqxrl {NUMBER} \({NUMBER}\), gymnax {NUMBER}"],
+        ["gymnax", "rejax"],
+    ),
+}
+
+
+def make_bench_scripts() -> list[str]:
+    """The scripts the Makefile's `bench` target runs, in order."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^bench:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert recipe is not None, "no bench target in the Makefile"
+    return re.findall(r"benchmarks/(\w+\.py)", recipe.group(1))
+
+
+def figures(pattern: str, output: str) -> list[float]:
+    """The numbers in the first match of `pattern` in `output`."""
+    match = re.search(pattern, output, re.MULTILINE)
+    assert match is not None, f"no match for {pattern!r} in:\n{output}"
+    return [float(group.replace(",", "")) for group in match.groups()]
+
+
+def test_every_benchmark_has_a_smoke_run():
+    scripts = sorted(path.name for path in BENCHMARKS.glob("*.py"))
+    assert scripts == sorted(SMOKE_RUNS)
+    assert set(make_bench_scripts()) <= set(SMOKE_RUNS)
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
+def test_benchmarks_use_public_api_only(script):
+    """No `eqxrl._x` module and no `obj._x` attribute (a script's own `self._x`
+    aside): private names change without notice, and a benchmark that reaches into
+    them stops working (as `trainer_overhead.py` once did)."""
+    tree = ast.parse((BENCHMARKS / script).read_text())
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                private.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [alias.name for alias in node.names]
+            parts = [part for name in names for part in name.split(".")]
+            if node.module.split(".")[0] == "eqxrl" and any(map(_is_private, parts)):
+                private.append(f"line {node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "eqxrl" and any(
+                    map(_is_private, alias.name.split("."))
+                ):
+                    private.append(f"line {node.lineno}: import {alias.name}")
+    assert not private, f"{script} uses private names: {private}"
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
+def test_benchmark_runs_and_prints_its_figures(script):
+    """`make bench`'s scripts, `snake_memory.py`, and `peers.py` where its peers are
+    installed (`make bench-peers`)."""
+    arguments, patterns, needs = SMOKE_RUNS[script]
+    for module in needs:
+        pytest.importorskip(module)
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *arguments],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for pattern in patterns:
+        for number in figures(pattern, result.stdout):
+            assert math.isfinite(number) and number > 0, (pattern, result.stdout)
+    if script == "snake_memory.py":
+        # What the script is for: uint8 storage makes the rollout smaller.
+        (_, float32_rollout, _), (_, uint8_rollout, _) = (
+            figures(pattern, result.stdout) for pattern in patterns
+        )
+        assert uint8_rollout < float32_rollout
