@@ -2,7 +2,9 @@
 checkpoints, evaluation and the files of a run."""
 
 import csv
+import io
 import json
+import sys
 
 import equinox as eqx
 import jax
@@ -221,3 +223,29 @@ def test_evaluate_method(toy):
     result = trainer.evaluate(state, jr.key(1))
     assert result.returns.shape == (5,)
     assert result.lengths.max() <= 12  # the corridor's time limit
+
+
+def test_console_output_reads_in_order(toy, tmp_path, monkeypatch):
+    """The device and the compile time once, the last metrics line before the
+    summary, the results, and last what was written (every file of the folder)."""
+    console = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", console)
+    monkeypatch.setattr(sys, "stderr", console)
+    Trainer(toy, out=tmp_path, progress=False, gif_episodes=0, eval_episodes=2).fit(
+        seed=0
+    )
+    lines = console.getvalue().splitlines()
+    assert sum(" on cpu" in line for line in lines) == 1
+    assert sum(line.startswith("compiled in") for line in lines) == 1
+    last_metrics = max(
+        i for i, line in enumerate(lines) if line.startswith("iteration")
+    )
+    assert lines[last_metrics].startswith("iteration 20 ")
+    summary = next(i for i, line in enumerate(lines) if line.startswith("run_seconds"))
+    results = next(i for i, line in enumerate(lines) if "final evaluation" in line)
+    assert last_metrics < summary < results < len(lines) - 1
+    written = lines[-1]
+    assert written.startswith(f"wrote {tmp_path}/: ")
+    for entry in tmp_path.iterdir():
+        if not entry.name.startswith("."):
+            assert entry.name in written

@@ -136,3 +136,23 @@ def test_numpy_scalars_and_arrays_serialize():
         RandomSearch(env=eqxrl.envs.make("Corridor-test-v0"), step_size=np.float32(0.7))
     )
     assert config["fields"]["step_size"] == 0.7
+
+
+def test_storage_dtype_and_named_network_factory_round_trip():
+    """A config naming eqxrl's own factory and a dtype rebuilds the same PPO (what
+    `eqxrl eval` needs to open the Snake demo's policy)."""
+    env = eqxrl.envs.make("Snake-v0", height=5, width=5)
+    ppo = eqxrl.PPO(
+        env=env,
+        network_factory=eqxrl.nn.CNNActorCritic.from_env,
+        observation_storage_dtype=jnp.uint8,
+    )
+    config = algorithm_to_config(
+        ppo, env_name="Snake-v0", env_kwargs=dict(height=5, width=5)
+    )
+    text = json.dumps(config)
+    assert "unserializable" not in text
+    rebuilt = algorithm_from_config(json.loads(text))
+    assert rebuilt.observation_storage_dtype == jnp.uint8
+    assert rebuilt.network_factory == eqxrl.nn.CNNActorCritic.from_env
+    assert rebuilt.env.observation_space.shape == (5, 5, 3)

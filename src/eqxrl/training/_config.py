@@ -334,6 +334,8 @@ def _to_json(value: Any, where: str) -> Any:
             return {"array": array.tolist(), "dtype": str(array.dtype)}
     if isinstance(value, tuple | list):
         return [_to_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, np.dtype):  # e.g. PPO's observation_storage_dtype
+        return {"dtype": str(value)}
     if isinstance(value, AbstractEnvironment):
         name = environment_name(value)
         if name is None:
@@ -389,6 +391,8 @@ def _from_json(value: Any) -> Any:
             return _resolve_callable(value["callable"])
         if "array" in value:
             return np.asarray(value["array"], dtype=value["dtype"])
+        if "dtype" in value:
+            return np.dtype(value["dtype"])
         if "float" in value:
             return float(value["float"])
     return value

@@ -661,6 +661,16 @@ class Trainer(eqx.Module):
             logger.log_summary(
                 {k: v for k, v in summary.items() if isinstance(v, int | float)}
             )
+        if "final_evaluation" in summary:
+            # After the summary, which the console logger prints after the last
+            # metrics line: the run's output ends with its results.
+            final = summary["final_evaluation"]
+            self._say(
+                f"final evaluation ({self.eval_episodes} episodes"
+                + (" per seed" if self.num_seeds else "")
+                + f"): return {final['return_mean']:.4g} +- "
+                f"{final['return_std']:.3g}"
+            )
         if folder is not None:
             _write_json(folder.path / "summary.json", summary)
             if iteration == self.algorithm.num_iterations:
@@ -797,13 +807,6 @@ class Trainer(eqx.Module):
                 ).summary()
             else:
                 extras["final_evaluation"] = rows[0]
-            final = extras["final_evaluation"]
-            self._say(
-                f"final evaluation ({self.eval_episodes} episodes"
-                + (" per seed" if self.num_seeds else "")
-                + f"): return {final['return_mean']:.4g} +- "
-                f"{final['return_std']:.3g}"
-            )
         if folder is None:
             return extras
         out = folder.path
