@@ -3,7 +3,10 @@ import os
 import jax
 import pytest
 
-# Tests always run with runtime shape checking on.
+# Tests always run with runtime shape checking on: through the jaxtyping pytest
+# plugin (`--jaxtyping-packages` in pyproject.toml) and eqxrl's own import hook.
+# Both hooks wrap the same path finder, so the first to find a module is the one
+# that instruments it: every module is instrumented once.
 os.environ.pop("EQXRL_TYPECHECK", None)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

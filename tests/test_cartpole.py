@@ -1,5 +1,4 @@
 import equinox as eqx
-import gymnasium
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -26,6 +25,7 @@ def test_make_unknown_name_lists_registered():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_trajectory_matches_gymnasium(seed):
+    gymnasium = pytest.importorskip("gymnasium")
     reference = gymnasium.make("CartPole-v1").unwrapped
     reference.reset(seed=seed)
     env = CartPole()

@@ -1,7 +1,6 @@
 """Continuous control: Gaussian policies, Pendulum, action wrappers, normalization."""
 
 import equinox as eqx
-import gymnasium
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -70,6 +69,7 @@ def test_gaussian_actor_critic_state_dependent_and_independent_std():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_pendulum_matches_gymnasium(seed):
+    gymnasium = pytest.importorskip("gymnasium")
     reference = gymnasium.make("Pendulum-v1").unwrapped
     reference.reset(seed=seed)
     env = Pendulum()
@@ -156,6 +156,8 @@ def test_normalized_ppo_exports_normalizer_with_policy():
 
 @pytest.mark.slow
 def test_ppo_learns_pendulum():
+    """Four seeds in one vmapped program; three must swing up (a random policy
+    scores about -1200; float rounding differs between CPUs, and so do the runs)."""
     ppo = eqxrl.PPO(
         env=eqxrl.envs.make("Pendulum-v1"),
         num_envs=16,
@@ -170,7 +172,10 @@ def test_ppo_learns_pendulum():
         normalize_observations=True,
         normalize_rewards=True,
     )
-    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 2))
-    final = np.nanmean(np.asarray(metrics["episode_return"])[:, -5:], axis=1)
-    print("Pendulum final return per seed:", final)
-    assert (final > -400).all(), final
+    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 4))
+    returns = np.asarray(metrics["episode_return"])
+    first = np.nanmean(returns[:, :5], axis=1)
+    final = np.nanmean(returns[:, -5:], axis=1)
+    print("Pendulum return per seed, first and last 5 iterations:", first, final)
+    assert np.sum(final > -400) >= 3, final
+    assert np.sum(final > first + 500) >= 3, (first, final)

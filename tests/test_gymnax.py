@@ -8,12 +8,13 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-import eqxrl
-from eqxrl.envs import AutoReset, Box, Discrete, from_gymnax, to_gymnax
-
 gymnax = pytest.importorskip("gymnax")
+
 from flax import struct  # noqa: E402  (installed with gymnax)
 from gymnax.environments import spaces  # noqa: E402
+
+import eqxrl  # noqa: E402
+from eqxrl.envs import AutoReset, Box, Discrete, from_gymnax, to_gymnax  # noqa: E402
 
 # gymnax's own code (e.g. CartPole's `1.0 - prev_terminal`) relies on standard
 # promotion, and the PPO runs use optax's Adam.
@@ -141,16 +142,19 @@ def test_vmapped_params_randomize_the_domain():
 
 @pytest.mark.slow
 def test_ppo_learns_gymnax_cartpole():
+    """Four seeds in one vmapped program; three must learn (runs differ between
+    CPUs: no single float trajectory is relied on)."""
     env = from_gymnax(*gymnax.make("CartPole-v1"))
     ppo = eqxrl.PPO(
-        env=env, num_envs=8, num_steps=128, total_timesteps=80_000, learning_rate=1e-3
+        env=env, num_envs=8, num_steps=128, total_timesteps=40_000, learning_rate=1e-3
     )
-    _, metrics = ppo.train(jr.key(0))
+    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 4))
     returns = np.asarray(metrics["episode_return"])
-    final = np.nanmean(returns[-5:])
-    print("episode return, first and last 5 iterations:", returns[:5], returns[-5:])
-    assert final > 120, final  # 296 with this key; 176-490 over six keys
-    assert final > 3 * np.nanmean(returns[:5])
+    first = np.nanmean(returns[:, :5], axis=1)
+    final = np.nanmean(returns[:, -5:], axis=1)
+    print("episode return per seed, first and last 5 iterations:", first, final)
+    # Random play lasts ~20 steps; 8 seeds ended at 208-394 on an AMD EPYC.
+    assert np.sum((final > 120) & (final > 3 * first)) >= 3, (first, final)
 
 
 # -- from_gymnax with the gymnax 0.x API (five-value step, merged done) ---------------

@@ -4,7 +4,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl.nn import MLPActorCritic, orthogonal_matrices
+from eqxrl.nn import MLPActorCritic, batch_size_hint, orthogonal_matrices
 
 
 @pytest.mark.parametrize(
@@ -57,43 +57,61 @@ def test_mlp_actor_critic_rejects_bad_sizes():
 
 
 def _dot_count(function, *args) -> int:
-    jaxpr = jax.make_jaxpr(function)(*args)
+    """Matrix products in a fresh trace of `function` (a new function each time:
+    `make_jaxpr` caches traces, and `batch_size_hint` acts when tracing)."""
+    jaxpr = jax.make_jaxpr(lambda *args: function(*args))(*args)
     return str(jaxpr).count("dot_general")
+
+
+def _logits_and_values(network, observations):
+    def one(observation):
+        distribution, value = network(observation)
+        return distribution.logits, value
+
+    return jax.vmap(one)(observations)
 
 
 @pytest.mark.parametrize("hint", [None, 1, 4, 8, 64])
 def test_batch_size_hint_keeps_the_network_function(hint):
-    """Under `batch_size_hint`, narrow layers of a small batch run elementwise (no
-    matrix product); the outputs and gradients stay those of the plain network."""
-    from eqxrl.nn._linear import batch_size_hint
-
+    """Whatever `batch_size_hint` makes of the layers, the outputs and gradients stay
+    those of the plain network (whose layers are `eqx.nn.Linear` calls)."""
     network = MLPActorCritic(4, 2, hidden_sizes=(64, 64), key=jr.key(0))
     observations = jr.normal(jr.key(1), (hint or 4, 4))
 
-    def logits_and_values(network, observations):
-        def one(observation):
-            distribution, value = network(observation)
-            return distribution.logits, value
+    def loss(network):
+        logits, values = _logits_and_values(network, observations)
+        return jnp.sum(logits @ jnp.arange(1.0, 3.0)) + jnp.sum(values**2)
 
-        return jax.vmap(one)(observations)
-
-    expected = logits_and_values(network, observations)
+    expected = _logits_and_values(network, observations)
+    plain_gradient = jax.grad(loss)(network)
     with batch_size_hint(hint):
-        hinted = logits_and_values(network, observations)
-        dots = _dot_count(logits_and_values, network, observations)
-        gradient = jax.grad(lambda n: jnp.sum(logits_and_values(n, observations)[0]))(
-            network
-        )
+        hinted = _logits_and_values(network, observations)
+        gradient = jax.grad(loss)(network)
     for ours, plain in zip(hinted, expected, strict=True):
         np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-6)
-    plain_gradient = jax.grad(lambda n: jnp.sum(logits_and_values(n, observations)[0]))(
-        network
-    )
     for ours, plain in zip(
         jax.tree.leaves(gradient), jax.tree.leaves(plain_gradient), strict=True
     ):
         np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-6)
-    # Six layers (actor and critic: 4-64, 64-64, 64-out): the 64x64 ones always
-    # multiply matrices; the narrow ones too, unless the batch is small.
-    small = hint is not None and hint * 2 <= 32
-    assert dots == (2 if small else 6), (hint, dots)
+
+
+def test_batch_size_hint_drops_matrix_products_of_small_batches_on_cpu():
+    network = MLPActorCritic(4, 2, hidden_sizes=(64, 64), key=jr.key(0))
+    observations = jnp.zeros((4, 4))
+    plain = _dot_count(_logits_and_values, network, observations)
+
+    def dots(hint):
+        with batch_size_hint(hint):
+            return _dot_count(_logits_and_values, network, observations)
+
+    counts = [dots(hint) for hint in (1, 2, 4, 8, 16, 32, 64, 1024)]
+    assert dots(None) == plain
+    assert counts == sorted(counts), counts  # more examples, more matrix products
+    assert counts[-1] == plain  # a large batch: every layer a matrix product
+    if jax.default_backend() == "cpu":
+        # One example: the narrow layers (4 inputs, 2 or 1 outputs) run
+        # elementwise; the 64 x 64 ones still multiply matrices.
+        assert 0 < counts[0] < plain, (counts, plain)
+    else:
+        assert counts[0] == plain
+    assert _dot_count(_logits_and_values, network, observations) == plain  # reset

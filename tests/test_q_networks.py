@@ -145,6 +145,33 @@ def test_epsilon_greedy_policy_respects_masks():
     assert set(np.asarray(unmasked).tolist()) == {0, 1, 2, 3}
 
 
-def test_q_networks_are_exported():
-    assert eqxrl.nn.AbstractQuantileNetwork in ImplicitQuantileNetwork.__mro__
-    assert eqxrl.nn.AbstractQNetwork in MLPQNetwork.__mro__
+def test_algorithms_take_q_networks_by_their_interface():
+    env = eqxrl.envs.make("CartPole-v1")
+
+    def quantile_network(env, key):
+        return ImplicitQuantileNetwork(
+            4, 2, hidden_sizes=(8,), head_sizes=(8,), key=key
+        )
+
+    def plain_network(env, key):
+        return MLPQNetwork(4, 2, hidden_sizes=(8,), key=key)
+
+    # A quantile network is a Q-network: DQN takes it and acts greedily on its
+    # averaged quantiles.
+    dqn = eqxrl.DQN(env=env, network_factory=quantile_network)
+    state = dqn.init(jr.key(0))
+    assert isinstance(state.network, ImplicitQuantileNetwork)
+    observation = jnp.array([0.1, -0.2, 0.05, 0.3])
+    action = dqn.policy(state, deterministic=True).act(observation, jr.key(1))
+    assert int(action) in (0, 1)
+    # IQN needs quantiles, and neither takes an actor-critic: refused when built,
+    # naming what the factory must return.
+    with pytest.raises(
+        ValueError, match="IQN: network_factory must return an eqxrl.nn.Abstract"
+    ):
+        eqxrl.IQN(env=env, network_factory=plain_network)
+    with pytest.raises(ValueError, match="AbstractQNetwork, got MLPActorCritic"):
+        eqxrl.DQN(
+            env=env,
+            network_factory=lambda env, key: eqxrl.nn.MLPActorCritic(4, 2, key=key),
+        )

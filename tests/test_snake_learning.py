@@ -1,4 +1,7 @@
-"""PPO learns Snake with the CNN policy; the grid transformer trains end to end."""
+"""PPO learns grid tasks: Snake with the CNN policy, a maze with the grid transformer.
+
+Each runs four seeds in one vmapped program and asks three of them to learn: float
+rounding, and so the runs, differ between CPUs."""
 
 import equinox as eqx
 import jax
@@ -66,28 +69,46 @@ def test_cnn_ppo_beats_random_play_fivefold():
         ),
         observation_storage_dtype=jnp.uint8,
     )
-    state, metrics = ppo.train(jr.key(0))
-    trained = float(mean_score(env, ppo.policy(state), jr.key(1)))
+    states, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 4))
+    trained = eqx.filter_vmap(
+        lambda state: mean_score(env, ppo.policy(state), jr.key(1))
+    )(states)
+    trained = np.asarray(trained)
     random = float(mean_score(env, uniform_valid_move, jr.key(1)))
-    assert trained >= 5 * random, (trained, random)
+    # 2.3-2.9 against 0.17 on an AMD EPYC.
+    assert np.sum(trained >= 5 * random) >= 3, (trained, random)
     assert metrics["invalid_action_count"].sum() == 0
 
 
 @pytest.mark.slow
-def test_transformer_ppo_runs_and_its_loss_decreases():
-    env = eqxrl.envs.Snake(height=4, width=4)
+def test_transformer_ppo_learns_the_maze():
+    """A small grid transformer finds the goal of `GridMaze-v0` (8 moves away, 50
+    allowed), which random moves reach in under half of the episodes. (On Snake it
+    learns far slower than the CNN: 80k steps left its returns flat.)"""
     ppo = eqxrl.PPO(
-        env=env,
+        env=eqxrl.envs.make("GridMaze-v0"),
         num_envs=16,
-        num_steps=32,
-        total_timesteps=16 * 32 * 8,
+        num_steps=64,
+        total_timesteps=16 * 64 * 16,
         learning_rate=1e-3,
         network_factory=lambda env, key: eqxrl.nn.GridTransformerActorCritic(
-            env.observation_space.shape, 4, key=key
+            env.observation_space.shape,
+            4,
+            d_model=32,
+            num_layers=1,
+            num_heads=2,
+            key=key,
         ),
-        observation_storage_dtype=jnp.uint8,
     )
-    _, metrics = ppo.train(jr.key(0))
-    value_loss = np.asarray(metrics["value_loss"])
-    assert np.isfinite(np.asarray(metrics["total_loss"])).all()
-    assert value_loss[-2:].mean() < value_loss[:2].mean(), value_loss
+    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 4))
+    returns = np.asarray(metrics["episode_return"])
+    lengths = np.asarray(metrics["episode_length"])
+    first_return = np.nanmean(returns[:, :3], axis=1)
+    final_return = np.nanmean(returns[:, -5:], axis=1)
+    first_length = np.nanmean(lengths[:, :3], axis=1)
+    final_length = np.nanmean(lengths[:, -5:], axis=1)
+    print("return per seed, first and last iterations:", first_return, final_return)
+    print("episode length per seed:", first_length, final_length)
+    # From 0.2-0.6 in 37-45 steps to 0.96-1.0 in 16-21 on an AMD EPYC.
+    learned = (final_return > 0.9) & (final_length < 25) & (final_return > first_return)
+    assert np.sum(learned) >= 3, (first_return, final_return, final_length)

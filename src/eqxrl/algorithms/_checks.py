@@ -28,17 +28,32 @@ def _shape(x: Any) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
+def _network_shape(
+    env: AbstractEnvironment,
+    make_network: Callable[[PRNGKeyArray], Any],
+    network_factory: Callable[[AbstractEnvironment, PRNGKeyArray], Any] | None,
+) -> tuple[str, Any]:
+    """Where the network comes from (for messages) and its shapes. A user's factory
+    is called directly, not through the algorithm's typed `make_network`, so that a
+    wrong return type gets the explanation below rather than a bare type error."""
+    if network_factory is None:
+        return "the default network", eqx.filter_eval_shape(make_network, jr.key(0))
+    return "network_factory", eqx.filter_eval_shape(
+        lambda key: network_factory(env, key), jr.key(0)
+    )
+
+
 def check_actor_critic(
     owner: str,
     env: AbstractEnvironment,
     make_network: Callable[[PRNGKeyArray], Any],
-    custom: bool,
+    network_factory: Callable[[AbstractEnvironment, PRNGKeyArray], Any] | None,
 ) -> None:
-    """The environment keeps its contract, and the network built by `make_network`
-    is an actor-critic whose action distribution matches the action space."""
+    """The environment keeps its contract, and the network (from `network_factory`
+    if given, else `make_network`) is an actor-critic whose action distribution
+    matches the action space."""
     check_environment(env)
-    source = "network_factory" if custom else "the default network"
-    network = eqx.filter_eval_shape(make_network, jr.key(0))
+    source, network = _network_shape(env, make_network, network_factory)
     if not isinstance(network, AbstractActorCritic):
         raise ValueError(
             f"{owner}: {source} must return an eqxrl.nn.AbstractActorCritic, got "
@@ -99,14 +114,14 @@ def check_q_network(
     owner: str,
     env: AbstractEnvironment,
     make_network: Callable[[PRNGKeyArray], Any],
-    custom: bool,
+    network_factory: Callable[[AbstractEnvironment, PRNGKeyArray], Any] | None,
     quantiles: bool,
 ) -> None:
-    """The environment keeps its contract, and the network built by `make_network`
-    gives one value per action of its `Discrete` action space."""
+    """The environment keeps its contract, and the network (from `network_factory`
+    if given, else `make_network`) gives one value per action of its `Discrete`
+    action space."""
     check_environment(env)
-    source = "network_factory" if custom else "the default network"
-    network = eqx.filter_eval_shape(make_network, jr.key(0))
+    source, network = _network_shape(env, make_network, network_factory)
     expected = AbstractQuantileNetwork if quantiles else AbstractQNetwork
     if not isinstance(network, expected):
         raise ValueError(

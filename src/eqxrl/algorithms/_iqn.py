@@ -141,7 +141,7 @@ class IQN(AbstractQLearning):
             "IQN",
             self.env,
             self.make_network,
-            self.network_factory is not None,
+            self.network_factory,
             quantiles=True,
         )
 

@@ -214,9 +214,7 @@ class PPO(AbstractAlgorithm[PPOState]):
                 f"PPO: the default network needs a Discrete or Box action space, got "
                 f"{type(self.env.action_space).__name__}; pass network_factory."
             )
-        check_actor_critic(
-            "PPO", self.env, self.make_network, self.network_factory is not None
-        )
+        check_actor_critic("PPO", self.env, self.make_network, self.network_factory)
 
     @property
     def num_iterations(self) -> int:

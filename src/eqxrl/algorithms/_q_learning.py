@@ -243,7 +243,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             type(self).__name__,
             self.env,
             self.make_network,
-            self.network_factory is not None,
+            self.network_factory,
             quantiles=False,
         )
 
