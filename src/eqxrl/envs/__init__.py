@@ -18,6 +18,7 @@ from ._gymnasium import (
     FromGymnasium as FromGymnasium,
     FromGymnasiumState as FromGymnasiumState,
     from_gymnasium as from_gymnasium,
+    to_gymnasium as to_gymnasium,
 )
 from ._gymnax import (
     FromGymnax as FromGymnax,

@@ -357,3 +357,61 @@ def from_gymnasium(env_or_id: Any, **make_kwargs: Any) -> FromGymnasium:
             return copy.deepcopy(template)
 
     return FromGymnasium(_HostEnvironments(make_env))
+
+
+def to_gymnasium(
+    env: AbstractEnvironment,
+    num_envs: int | None = None,
+    *,
+    render_mode: str | None = None,
+) -> Any:
+    """An eqxrl environment as a gymnasium environment, for Stable-Baselines3,
+    CleanRL-style loops and gymnasium's own tools (install `eqxrl[gymnasium]`).
+
+    NumPy in, NumPy out: `reset(seed=...)` seeds the episode's randomness (the
+    same seed gives the same episode), `step(action)` returns `(observation,
+    reward, terminated, truncated, info)` with termination and truncation kept
+    apart (a `TimeLimit` truncates), and `info["action_mask"]` holds the mask of
+    masked environments. `reset` and `step` are compiled once (`eqx.filter_jit`)
+    and called eagerly from Python, one host round trip per step: the speed of a
+    fast gymnasium environment, not of eqxrl's compiled training.
+
+    With `num_envs`, a `gymnasium.vector.VectorEnv` of that many copies, all
+    stepped in one compiled call (`jax.vmap`), with gymnasium's same-step
+    autoreset (`metadata["autoreset_mode"]` is `AutoresetMode.SAME_STEP`): where
+    an episode ends, the observation is the next episode's first and the last one
+    is in `info["final_obs"]` (`info["_final_obs"]` marks where).
+
+    **Arguments:**
+
+    - `env`: an eqxrl environment with `Discrete` or `Box` spaces, usually with its
+      time limit (e.g. `eqxrl.envs.make("CartPole-v1")`).
+    - `num_envs`: `None` for a `gymnasium.Env`, or the number of copies of a
+      `gymnasium.vector.VectorEnv`.
+    - `render_mode`: `"rgb_array"` to get frames from `render()` (environments
+      with `render(state)`), or `None`.
+
+    **Returns:**
+
+    A `gymnasium.Env` (or `gymnasium.vector.VectorEnv`).
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.to_gymnasium(eqxrl.envs.make("CartPole-v1"))
+        observation, info = env.reset(seed=0)
+        observation, reward, terminated, truncated, info = env.step(1)
+
+        from stable_baselines3 import PPO
+        PPO("MlpPolicy", env).learn(10_000)
+        ```
+    """
+    try:
+        from ._gymnasium_export import GymnasiumEnv, GymnasiumVectorEnv
+    except ImportError as error:
+        raise ImportError(
+            f"to_gymnasium needs gymnasium ({error}): pip install 'eqxrl[gymnasium]'."
+        ) from None
+    if num_envs is None:
+        return GymnasiumEnv(env, render_mode=render_mode)
+    return GymnasiumVectorEnv(env, num_envs, render_mode=render_mode)
