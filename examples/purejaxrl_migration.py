@@ -137,7 +137,7 @@ def main() -> None:
     )
     # Domain randomization the gymnax way: the params are the environment's arrays
     # (same shapes and dtypes, so the compiled rollout is reused).
-    heavy = eqx.tree_at(lambda p: p.env.gravity, env_params, jnp.float32(20.0))
+    heavy = eqx.tree_at(lambda p: p.arrays.env.gravity, env_params, jnp.float32(20.0))
     reward, done = rollout(jr.key(0), heavy)
     print(
         "  with gravity 20: mean length "

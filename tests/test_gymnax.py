@@ -363,7 +363,9 @@ def test_step_matches_eqxrl_auto_reset():
         reference_state, timestep = AutoReset(eqxrl_env).step(
             reference_state, jnp.int32(1), key
         )
-        np.testing.assert_array_equal(obs, timestep.observation)
+        # The export is jitted (as gymnax's methods are), the reference eager: the
+        # same up to XLA's float fusion.
+        np.testing.assert_allclose(obs, timestep.observation, rtol=1e-6, atol=1e-7)
         assert bool(done) == bool(timestep.terminated | timestep.truncated)
 
 
@@ -391,8 +393,10 @@ def test_six_value_step_works_with_gymnax_wrappers():
 
 def test_params_are_the_environment_arrays():
     env, env_params = to_gymnax(eqxrl.envs.CartPole())
-    assert isinstance(env_params, eqxrl.envs.CartPole)
-    heavy = eqx.tree_at(lambda e: e.gravity, env_params, jnp.float32(50.0))
+    assert isinstance(env_params.arrays, eqxrl.envs.CartPole)
+    heavy = env_params.replace(
+        arrays=eqx.tree_at(lambda e: e.gravity, env_params.arrays, jnp.float32(50.0))
+    )
     _, state = env.reset(jr.key(0), env_params)
     obs_default = env.step_env(jr.key(1), state, jnp.int32(0), env_params)[0]
     obs_heavy = env.step_env(jr.key(1), state, jnp.int32(0), heavy)[0]
@@ -420,3 +424,53 @@ def test_round_trip_is_the_same_environment():
     _, actual = rollout(round_trip, actions)
     np.testing.assert_array_equal(actual.observation, expected.observation)
     np.testing.assert_array_equal(actual.terminated, expected.terminated)
+
+
+def test_actions_from_python_and_numpy_give_the_same_step():
+    env, env_params = to_gymnax(eqxrl.envs.make("CartPole-v1"))
+    _, state = env.reset(jr.key(0), env_params)
+    reference = env.step(jr.key(1), state, jnp.int32(1), env_params)
+    for action in (1, np.int64(1), np.array(1), np.array([1])[0]):
+        obs, *_ = env.step(jr.key(1), state, action, env_params)
+        np.testing.assert_array_equal(obs, reference[0])
+
+
+def test_calls_give_the_same_bits_inside_and_outside_jit():
+    env, env_params = to_gymnax(eqxrl.envs.make("CartPole-v1"))
+    obs, state = env.reset(jr.key(0), env_params)
+    direct = env.step(jr.key(1), state, 1, env_params)
+    wrapped = jax.jit(lambda k, s, p: env.step(k, s, 1, p))(
+        jr.key(1), state, env_params
+    )
+    for a, b in zip(jax.tree.leaves(direct), jax.tree.leaves(wrapped)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_params_have_gymnax_time_limit_and_replace():
+    env, env_params = to_gymnax(eqxrl.envs.make("CartPole-v1"))
+    assert env_params.max_steps_in_episode == 500
+    short = env_params.replace(max_steps_in_episode=10)
+    assert short.max_steps_in_episode == 10 and env_params.max_steps_in_episode == 500
+    _, state = env.reset(jr.key(0), short)
+    dones = []
+    for t in range(10):  # alternate pushes: the pole stays up, the limit ends it
+        _, state, _, done, info = env.step(jr.key(t), state, t % 2, short)
+        dones.append(bool(done))
+    assert dones == [False] * 9 + [True] and bool(info["truncated"])
+    unlimited, unlimited_params = to_gymnax(eqxrl.envs.CartPole())
+    assert unlimited_params.max_steps_in_episode == 10_000
+    space = env.state_space(env_params)
+    assert isinstance(space, gymnax.environments.spaces.Dict)
+
+
+def test_gymnax_gym_wrapper_drives_the_export_with_numpy():
+    from gymnax.wrappers.gym import GymnaxToGymWrapper
+
+    # gymnax 1.0's wrapper unpacks its six-value step.
+    env, env_params = to_gymnax(eqxrl.envs.make("CartPole-v1"), six_value_step=True)
+    gym_env = GymnaxToGymWrapper(env, env_params, seed=0)
+    observation, _ = gym_env.reset(seed=0)
+    assert np.asarray(observation).shape == (4,)
+    for action in (np.int64(0), np.int64(1), 0):
+        observation, reward, terminated, truncated, _ = gym_env.step(action)
+        assert float(reward) == 1.0

@@ -22,6 +22,7 @@ from ._gymnasium import (
 )
 from ._gymnax import (
     FromGymnax as FromGymnax,
+    GymnaxParams as GymnaxParams,
     ToGymnax as ToGymnax,
     from_gymnax as from_gymnax,
     to_gymnax as to_gymnax,

@@ -15,12 +15,12 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
-from jaxtyping import Array, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree
 
 from ._environment import AbstractEnvironment, unwrap
 from ._spaces import AbstractSpace, Box, Discrete
 from ._types import TimeStep
-from ._wrappers import AutoReset
+from ._wrappers import AutoReset, TimeLimit
 
 # A step count no episode reaches: gymnax 0.x's time limit "switched off".
 _NO_LIMIT = 2**31 - 1
@@ -247,6 +247,34 @@ def from_gymnax(env: Any, env_params: PyTree | None = None) -> FromGymnax:
     return FromGymnax(env, env_params, six_value_step=num_values == 6)
 
 
+# What `max_steps_in_episode` says for an environment without a time limit.
+_UNLIMITED_EPISODE_STEPS = 10_000
+
+
+class GymnaxParams(eqx.Module):
+    """The params of a [`ToGymnax`][eqxrl.envs.ToGymnax] environment, shaped like
+    gymnax's `EnvParams`: what gymnax-style code reads and replaces.
+
+    **Fields:**
+
+    - `arrays`: the array fields of the eqxrl environment (for CartPole its physics
+      constants), as `eqx.filter(env, eqx.is_array)` gives them: `jax.vmap` over them
+      randomizes the domain.
+    - `max_steps_in_episode`: the time limit (a static int). For an environment
+      wrapped in [`TimeLimit`][eqxrl.envs.TimeLimit], `.replace(max_steps_in_episode=n)`
+      changes that limit; for one without, it is 10,000 and only informs tools that
+      need an episode length (gymnax's `RolloutWrapper`, rejax's evaluation).
+    """
+
+    arrays: PyTree
+    max_steps_in_episode: int = eqx.field(static=True)
+
+    def replace(self, **changes: Any) -> "GymnaxParams":
+        """A copy with `changes` (field names as keywords), as gymnax's
+        `EnvParams.replace`."""
+        return dataclasses.replace(self, **changes)
+
+
 class ToGymnax:
     """An eqxrl environment behind gymnax's interface; build it with
     [`to_gymnax`][eqxrl.envs.to_gymnax].
@@ -256,10 +284,13 @@ class ToGymnax:
     wrappers jit their methods with a static `self`, users write
     `jax.jit(env.step)`), and a Module holding arrays cannot be hashed.
 
-    Methods take `(key, state, action, params)` in gymnax's order. The params are the
-    array leaves of the eqxrl environment (`eqx.filter(env, eqx.is_array)`: for
-    CartPole its physics constants), so `jax.vmap` over params randomizes the domain as
-    in gymnax; `params=None` means `default_params`. The state is the eqxrl state.
+    Methods take `(key, state, action, params)` in gymnax's order and are jitted, as
+    gymnax's are (a call and the same call inside your own `jit` give the same bits).
+    Actions may be Python or NumPy numbers and arrays. The params are a
+    [`GymnaxParams`][eqxrl.envs.GymnaxParams]: the array leaves of the eqxrl
+    environment (`jax.vmap` over them randomizes the domain as in gymnax) and
+    `max_steps_in_episode`; `params=None` means `default_params`. The state is the
+    eqxrl state.
 
     `step` auto-resets like gymnax's (through [`AutoReset`][eqxrl.envs.AutoReset]).
     Its `info` dict holds `terminated`, `truncated`, `final_observation` (the
@@ -278,14 +309,23 @@ class ToGymnax:
     def __init__(self, env: AbstractEnvironment, six_value_step: bool = False):
         self.env = env
         self.six_value_step = six_value_step
+        # Jitted like gymnax's methods (`self` is static: its hash is its identity).
+        self._jitted_reset = jax.jit(self._reset)
+        self._jitted_step = jax.jit(self._step)
+        self._jitted_step_env = jax.jit(self._step_env)
 
     def __repr__(self) -> str:
         return f"ToGymnax({self.env!r}, six_value_step={self.six_value_step})"
 
     @property
-    def default_params(self) -> PyTree:
-        """The array leaves of the wrapped environment."""
-        return eqx.filter(self.env, eqx.is_array)
+    def default_params(self) -> GymnaxParams:
+        """The array leaves of the wrapped environment and its time limit."""
+        limit = (
+            self.env.max_episode_steps
+            if isinstance(self.env, TimeLimit)
+            else _UNLIMITED_EPISODE_STEPS
+        )
+        return GymnaxParams(eqx.filter(self.env, eqx.is_array), limit)
 
     @property
     def name(self) -> str:
@@ -302,20 +342,35 @@ class ToGymnax:
     def _env(self, params: PyTree | None) -> AbstractEnvironment:
         if params is None:
             return self.env
-        return eqx.combine(params, eqx.filter(self.env, eqx.is_array, inverse=True))
+        arrays = params.arrays if isinstance(params, GymnaxParams) else params
+        env = eqx.combine(arrays, eqx.filter(self.env, eqx.is_array, inverse=True))
+        if (
+            isinstance(params, GymnaxParams)
+            and isinstance(env, TimeLimit)
+            and params.max_steps_in_episode != env.max_episode_steps
+        ):
+            env = TimeLimit(env.env, params.max_steps_in_episode)
+        return env
+
+    def _action(self, action: ArrayLike) -> Array:
+        """Python / NumPy / JAX numbers and arrays, as the action space's dtype."""
+        return jnp.asarray(action, self.env.action_space.dtype)
+
+    def _reset(self, key: PRNGKeyArray, params: PyTree | None) -> tuple[PyTree, PyTree]:
+        state, timestep = self._env(params).reset(key)
+        return timestep.observation, state
 
     def reset_env(
         self, key: PRNGKeyArray, params: PyTree | None = None
     ) -> tuple[PyTree, PyTree]:
         """gymnax's `reset_env`: `(observation, state)`."""
-        state, timestep = self._env(params).reset(key)
-        return timestep.observation, state
+        return self._jitted_reset(key, params)
 
     def reset(
         self, key: PRNGKeyArray, params: PyTree | None = None
     ) -> tuple[PyTree, PyTree]:
         """gymnax's `reset`: `(observation, state)`."""
-        return self.reset_env(key, params)
+        return self._jitted_reset(key, params)
 
     def _outputs(self, state: PyTree, timestep: TimeStep, final_observation: PyTree):
         info = dict(timestep.extras)
@@ -333,22 +388,37 @@ class ToGymnax:
             flags = (timestep.terminated | timestep.truncated,)
         return (timestep.observation, state, timestep.reward, *flags, info)
 
+    def _step_env(
+        self, key: PRNGKeyArray, state: PyTree, action: ArrayLike, params: PyTree
+    ) -> tuple:
+        state, timestep = self._env(params).step(state, self._action(action), key)
+        return self._outputs(state, timestep, timestep.observation)
+
     def step_env(
         self,
         key: PRNGKeyArray,
         state: PyTree,
-        action: Array,
+        action: ArrayLike,
         params: PyTree | None = None,
     ) -> tuple:
         """gymnax's `step_env`: one step without auto-reset."""
-        state, timestep = self._env(params).step(state, action, key)
-        return self._outputs(state, timestep, timestep.observation)
+        return self._jitted_step_env(key, state, action, params)
+
+    def _step(
+        self, key: PRNGKeyArray, state: PyTree, action: ArrayLike, params: PyTree
+    ) -> tuple:
+        env = AutoReset(self._env(params))
+        state, timestep = env.step(state, self._action(action), key)
+        extras = dict(timestep.extras)
+        final_observation = extras.pop("final_observation")
+        timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
+        return self._outputs(state, timestep, final_observation)
 
     def step(
         self,
         key: PRNGKeyArray,
         state: PyTree,
-        action: Array,
+        action: ArrayLike,
         params: PyTree | None = None,
     ) -> tuple:
         """gymnax's `step`: one step, resetting the episode when it ends.
@@ -359,12 +429,7 @@ class ToGymnax:
         `(observation, state, reward, terminated, truncated, info)`. When the episode
         ends, `observation` and `state` are those of the next episode's start.
         """
-        env = AutoReset(self._env(params))
-        state, timestep = env.step(state, action, key)
-        extras = dict(timestep.extras)
-        final_observation = extras.pop("final_observation")
-        timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
-        return self._outputs(state, timestep, final_observation)
+        return self._jitted_step(key, state, action, params)
 
     def observation_space(self, params: PyTree | None = None) -> Any:
         """The observation space as a gymnax space."""
@@ -373,6 +438,22 @@ class ToGymnax:
     def action_space(self, params: PyTree | None = None) -> Any:
         """The action space as a gymnax space."""
         return _space_to_gymnax(self._env(params).action_space)
+
+    def state_space(self, params: PyTree | None = None) -> Any:
+        """The state as a gymnax `Dict` space: one unbounded `Box` per state leaf,
+        named by its path (eqxrl states carry no bounds)."""
+        from gymnax.environments import spaces
+
+        state = eqx.filter_eval_shape(self._env(params).reset, jr.key(0))[0]
+        leaves = jtu.tree_flatten_with_path(state)[0]
+        return spaces.Dict(
+            {
+                jtu.keystr(path) or "state": spaces.Box(
+                    -jnp.inf, jnp.inf, leaf.shape, leaf.dtype
+                )
+                for path, leaf in leaves
+            }
+        )
 
 
 def _space_to_gymnax(space: AbstractSpace) -> Any:
