@@ -143,3 +143,18 @@ def test_stable_baselines3_ppo_learns_exported_cartpole():
         lengths.append(length)
     # A random policy balances CartPole for about 22 steps.
     assert np.mean(lengths) > 40, lengths
+
+
+def test_vector_environment_checks_actions_and_render_mode():
+    envs = to_gymnasium(eqxrl.envs.make("CartPole-v1"), num_envs=2)
+    envs.reset(seed=0)
+    with pytest.raises(ValueError, match="must be an integer"):
+        envs.step(np.array([1.7, 0.0]))
+    with pytest.raises(ValueError, match="outside the action space Discrete"):
+        envs.step(np.array([0, 2]))
+    from toy_training import BlindCorridor
+
+    with pytest.raises(ValueError, match="BlindCorridor has no render"):
+        to_gymnasium(BlindCorridor(), num_envs=2, render_mode="rgb_array")
+    with pytest.raises(ValueError, match="render_mode"):
+        to_gymnasium(eqxrl.envs.make("CartPole-v1"), num_envs=2, render_mode="human")

@@ -156,3 +156,12 @@ def test_storage_dtype_and_named_network_factory_round_trip():
     assert rebuilt.observation_storage_dtype == jnp.uint8
     assert rebuilt.network_factory == eqxrl.nn.CNNActorCritic.from_env
     assert rebuilt.env.observation_space.shape == (5, 5, 3)
+
+
+def test_a_config_names_only_eqxrl_functions():
+    """A config file is data: a `callable` entry cannot reach what an eqxrl module
+    imported from elsewhere (here `os.system` through `eqxrl.envs._render`)."""
+    config = algorithm_to_config(eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1")))
+    config["fields"]["network_factory"] = {"callable": "eqxrl.envs._render:os.system"}
+    with pytest.raises(ValueError, match="not a function of eqxrl"):
+        algorithm_from_config(config)

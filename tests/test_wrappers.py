@@ -186,3 +186,24 @@ def test_auto_reset_of_snake_gives_fresh_games():
     final = np.asarray(timesteps.extras["final_observation"])
     np.testing.assert_array_equal(final[~done], observations[~done])
     assert (final[done] != observations[done]).any()
+
+
+def test_on_episode_end_output_is_zero_where_the_episode_goes_on_under_vmap():
+    """Under vmap the reset branch runs for the whole batch when any episode ends;
+    the hook's output still counts only where an episode ended."""
+    env = eqxrl.envs.AutoReset(
+        eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 3),
+        on_episode_end=lambda final: final.observation[0] + 100.0,
+    )
+    keys = jax.random.split(jax.random.key(0), 2)
+    states, _ = jax.vmap(env.reset)(keys)
+    # The first environment is two steps ahead: it reaches the limit first.
+    for _ in range(2):
+        first = jax.tree.map(lambda x: x[0], states)
+        first, _ = env.step(first, jnp.int32(0), jax.random.key(1))
+        states = jax.tree.map(lambda x, y: x.at[0].set(y), states, first)
+    states, timesteps = jax.vmap(env.step)(states, jnp.zeros(2, jnp.int32), keys)
+    ended = np.asarray(timesteps.truncated)
+    assert ended.tolist() == [True, False]
+    outputs = np.asarray(timesteps.extras["episode_end"])
+    assert outputs[0] > 50.0 and outputs[1] == 0.0

@@ -223,16 +223,13 @@ def jit_with_options(function: Callable, compiler_options: dict[str, Any]) -> Ca
     tuned = _cached_jit(function, options)
 
     def call(*args: Any) -> Any:
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
-            return plain(*args)
-        try:
-            return tuned(*args)
-        except ValueError as error:
-            # Called with concrete arguments inside a user's `jit` (closed over):
-            # JAX refuses options on a nested jit when it stages the call.
-            if "compiler_options" not in str(error):
-                raise
-            return plain(*args)
+        traced = any(
+            isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)
+        )
+        # Inside a user's `jit` even a new constant is a tracer: the call is staged
+        # into the enclosing program, where JAX refuses options.
+        inside_jit = isinstance(jnp.zeros(()), jax.core.Tracer)
+        return plain(*args) if traced or inside_jit else tuned(*args)
 
     def lower(*args: Any) -> Any:
         return tuned.lower(*args)  # type: ignore[attr-defined]

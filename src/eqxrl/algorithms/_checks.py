@@ -154,3 +154,22 @@ def check_q_network(
                 f"of shape {_shape(quantile_values)} for 3 fractions, but needs "
                 f"[num_fractions, num_actions] = (3, {num_values})."
             )
+
+
+def samples_only_valid_actions(model: Any, env: AbstractEnvironment) -> bool:
+    """Whether `model`'s actions lie in `env`'s action space by construction, so
+    the environment's own action check can be left out of a rollout: true for a
+    `Box` space (its check is the environment's clipping, if any) and for a
+    `MaskedCategorical` (its number of actions was checked when the algorithm was
+    built); false for another distribution over a `Discrete` space, which keeps
+    the check."""
+    if not isinstance(env.action_space, Discrete):
+        return True
+    timestep = _example_timestep(env)
+    distribution, _ = eqx.filter_eval_shape(
+        lambda net, observation, mask: net(observation, mask),
+        model,
+        timestep.observation,
+        timestep.action_mask,
+    )
+    return isinstance(distribution, MaskedCategorical)

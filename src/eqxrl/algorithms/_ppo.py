@@ -1,3 +1,4 @@
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +37,7 @@ from ..nn import (
     batch_size_hint,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
-from ._checks import check_actor_critic
+from ._checks import check_actor_critic, samples_only_valid_actions
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
@@ -227,7 +228,9 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     @property
     def training_env(self) -> AbstractEnvironment:
-        """The environment as PPO steps it: `AutoReset(EpisodeStatistics(env))`."""
+        """The environment as PPO resets and steps it:
+        `AutoReset(EpisodeStatistics(env))` (the rollout adds an `on_episode_end`
+        hook for the truncation bootstrap, which changes nothing else)."""
         return AutoReset(EpisodeStatistics(self.env))
 
     def make_network(self, key: PRNGKeyArray) -> AbstractActorCritic:
@@ -380,7 +383,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         the same values, as one large batch instead of `num_steps` small ones.
         The steps are traced under `batch_size_hint(num_envs)` (on CPU, narrow
         policy layers of a handful of environments run without matrix products)
-        and `skip_action_checks()` (the policy samples valid actions only).
+        and, when the policy samples valid actions only (a masked categorical over
+        the checked number of actions, or a `Box` space), `skip_action_checks()`.
         """
         model = self.acting_model(state.model, state.observation_statistics)
         act = eqx.filter_vmap(self._act, in_axes=(None, 0, 0))
@@ -417,7 +421,12 @@ class PPO(AbstractAlgorithm[PPOState]):
             )
             return (env_state, next_timestep), (transition, truncation_values)
 
-        with batch_size_hint(self.num_envs), skip_action_checks():
+        checks = (
+            skip_action_checks()
+            if samples_only_valid_actions(model, self.env)
+            else contextlib.nullcontext()
+        )
+        with batch_size_hint(self.num_envs), checks:
             (env_state, timestep), (transitions, truncation_values) = filter_scan(
                 step, (state.env_state, state.timestep), split(key, self.num_steps)
             )

@@ -75,6 +75,40 @@ _jitted_vector_step = eqx.filter_jit(
 )
 
 
+def _check_render_mode(env: AbstractEnvironment, render_mode: str | None) -> None:
+    if render_mode not in (None, "rgb_array"):
+        raise ValueError(
+            f"to_gymnasium: render_mode={render_mode!r}; eqxrl environments draw "
+            "frames, so the render mode is 'rgb_array' (or None)."
+        )
+    if render_mode is not None and not _renders(env):
+        raise ValueError(
+            f"to_gymnasium: {describe(env)} has no render(state) method, so "
+            "render_mode='rgb_array' has nothing to draw."
+        )
+
+
+def _actions(env: AbstractEnvironment, actions: Any) -> jax.Array:
+    """NumPy / Python actions as the action space's dtype; a Discrete space takes
+    integers in range only (a float or 7 is an error, not a truncated action)."""
+    actions = np.asarray(actions)
+    space = env.action_space
+    if isinstance(space, Discrete):
+        if not np.issubdtype(actions.dtype, np.integer):
+            raise ValueError(
+                f"{describe(env)}: a Discrete action must be an integer, got "
+                f"{actions.dtype} {actions!r}."
+            )
+        outside = (actions < 0) | (actions >= space.num_values)
+        if outside.any():
+            raise ValueError(
+                f"{describe(env)}: action {actions[outside].ravel()[0]} is outside "
+                f"the action space Discrete({space.num_values})."
+            )
+        return jnp.asarray(actions, jnp.int32)
+    return jnp.asarray(actions, jnp.float32)
+
+
 def _key(np_random: np.random.Generator) -> jax.Array:
     """A JAX key drawn from gymnasium's generator (seeded by `reset(seed=...)`)."""
     return jr.key(int(np_random.integers(0, 2**31 - 1)))
@@ -95,36 +129,12 @@ class GymnasiumEnv(gymnasium.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": _RENDER_FPS}
 
     def __init__(self, env: AbstractEnvironment, render_mode: str | None = None):
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(
-                f"to_gymnasium: render_mode={render_mode!r}; eqxrl environments draw "
-                "frames, so the render mode is 'rgb_array' (or None)."
-            )
-        if render_mode is not None and not _renders(env):
-            raise ValueError(
-                f"to_gymnasium: {describe(env)} has no render(state) method, so "
-                "render_mode='rgb_array' has nothing to draw."
-            )
+        _check_render_mode(env, render_mode)
         self.env = env
         self.render_mode = render_mode
         self.observation_space = gymnasium_space(env.observation_space, "observation")
         self.action_space = gymnasium_space(env.action_space, "action")
         self._state = None
-
-    def _action(self, action: Any) -> jax.Array:
-        dtype = jnp.int32 if isinstance(self.env.action_space, Discrete) else None
-        action = np.asarray(action)
-        if dtype is not None and not np.issubdtype(action.dtype, np.integer):
-            raise ValueError(
-                f"{describe(self.env)}: a Discrete action must be an integer, got "
-                f"{action.dtype} {action!r}."
-            )
-        if dtype is not None and not self.action_space.contains(action.item()):
-            raise ValueError(
-                f"{describe(self.env)}: action {action.item()} is outside the action "
-                f"space Discrete({self.action_space.n})."
-            )
-        return jnp.asarray(action, dtype or jnp.float32)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -137,7 +147,7 @@ class GymnasiumEnv(gymnasium.Env):
         if self._state is None:
             raise RuntimeError("to_gymnasium: call reset() before step().")
         self._state, timestep = _jitted_step(
-            self.env, self._state, self._action(action), _key(self.np_random)
+            self.env, self._state, _actions(self.env, action), _key(self.np_random)
         )
         return (
             np.asarray(timestep.observation),
@@ -174,11 +184,7 @@ class GymnasiumVectorEnv(VectorEnv):
             raise ValueError(
                 f"to_gymnasium: num_envs={num_envs!r} must be an int >= 1."
             )
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(
-                f"to_gymnasium: render_mode={render_mode!r}; the render mode is "
-                "'rgb_array' (or None)."
-            )
+        _check_render_mode(env, render_mode)
         self.env = AutoReset(env)
         self.num_envs = num_envs
         self.render_mode = render_mode
@@ -210,8 +216,7 @@ class GymnasiumVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._states is None:
             raise RuntimeError("to_gymnasium: call reset() before step().")
-        discrete = isinstance(self.env.action_space, Discrete)
-        actions = jnp.asarray(np.asarray(actions), jnp.int32 if discrete else None)
+        actions = _actions(self.env, actions)
         if actions.shape[:1] != (self.num_envs,):
             raise ValueError(
                 f"to_gymnasium: step takes one action per environment, a leading "

@@ -177,7 +177,14 @@ class AutoReset(AbstractWrapper):
             selected = jtu.tree_map(
                 lambda new, old: jnp.where(done, new, old), fresh, stepped
             )
-            return selected, (None if hook is None else hook(timestep))
+            if hook is None:
+                return selected, None
+            # Under vmap this branch runs for the whole batch: members whose
+            # episode goes on get zeros, as on steps where no episode ended.
+            ended = jtu.tree_map(
+                lambda out, zero: jnp.where(done, out, zero), hook(timestep), nothing
+            )
+            return selected, ended
 
         (next_state, observation, action_mask), episode_end = lax.cond(
             any_in_vmapped_batch(done), reset_where_done, lambda: (stepped, nothing)

@@ -378,6 +378,13 @@ def _resolve_callable(name: str) -> Any:
             value = getattr(value, part)
     except (ImportError, AttributeError):
         raise ValueError(f"eqxrl has no function {name!r}.") from None
+    # A name can reach what an eqxrl module imported (`eqxrl.x:os.system`): only
+    # functions defined in eqxrl itself are allowed.
+    defined_in = getattr(value, "__module__", None) or ""
+    if not callable(value) or not (
+        defined_in == "eqxrl" or defined_in.startswith("eqxrl.")
+    ):
+        raise ValueError(f"{name!r} is not a function of eqxrl.")
     return value
 
 

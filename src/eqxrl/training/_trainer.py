@@ -4,6 +4,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -422,7 +423,11 @@ class Trainer(eqx.Module):
             raise ValueError("Trainer.fit(resume=True) needs an output folder (out=).")
         # Everything that can fail for a wrong folder or checkpoint fails here,
         # before anything is compiled or written.
-        folder = None if self.out is None else _RunFolder.open(Path(self.out), resume)
+        folder = (
+            None
+            if self.out is None
+            else _RunFolder.open(Path(self.out), resume, self._config())
+        )
         loggers: tuple = ()
         progress = None
         try:
@@ -732,7 +737,7 @@ class Trainer(eqx.Module):
                 path,
                 state,
                 kind="training_state",
-                config=self._config(),
+                config=folder.config,
                 batch_shape=() if self.num_seeds is None else (self.num_seeds,),
                 metadata=metadata,
             )
@@ -753,7 +758,7 @@ class Trainer(eqx.Module):
         path = folder.checkpoints[-1][1]
         try:
             state, _, header = load_training_state(
-                path, algorithm=self.algorithm, expected_config=self._config()
+                path, algorithm=self.algorithm, expected_config=folder.config
             )
         except CheckpointError as error:
             hint = ""
@@ -895,19 +900,20 @@ class _RunFolder:
     """A run folder opened by one `Trainer.fit`: writable, locked against other
     processes, and either new, or resumed on purpose."""
 
-    def __init__(self, path: Path, resume: bool, lock: Any):
+    def __init__(self, path: Path, resume: bool, config: dict[str, Any], lock: Any):
         self.path = path
         self.resume = resume
+        self.config = config  # the algorithm's, as checkpoints record it
         self.checkpoints_dir = path / "checkpoints"
         self.checkpoints = list_checkpoints(self.checkpoints_dir)
         self._lock = lock
 
     @classmethod
-    def open(cls, path: Path, resume: bool) -> "_RunFolder":
+    def open(cls, path: Path, resume: bool, config: dict[str, Any]) -> "_RunFolder":
         _check_writable(path)
         lock = _lock_folder(path)
         try:
-            folder = cls(path, resume, lock)
+            folder = cls(path, resume, config, lock)
             if not resume:
                 folder.refuse_earlier_results()
             folder.checkpoints_dir.mkdir(exist_ok=True)
@@ -953,7 +959,16 @@ def _lock_folder(path: Path) -> Any:
     handle = open(path / _LOCK_FILE, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as error:
+        if not isinstance(error, BlockingIOError):
+            # A filesystem without locks (some network mounts): go on unlocked.
+            handle.close()
+            warnings.warn(
+                f"Cannot lock {path / _LOCK_FILE} ({error.strerror}): another "
+                "process could use this run folder at the same time.",
+                stacklevel=4,
+            )
+            return None
         handle.seek(0)
         holder = handle.read().strip() or "unknown"
         handle.close()
