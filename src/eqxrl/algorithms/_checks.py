@@ -19,6 +19,18 @@ def _example_timestep(env: AbstractEnvironment) -> Any:
     return eqx.filter_eval_shape(env.reset, jr.key(0))[1]
 
 
+def _outputs_on_an_example(actor_critic: Any, env: AbstractEnvironment) -> Any:
+    """The shapes of `actor_critic(observation, action_mask)` on an observation of
+    `env` (nothing runs)."""
+    timestep = _example_timestep(env)
+    return eqx.filter_eval_shape(
+        lambda net, observation, mask: net(observation, mask),
+        actor_critic,
+        timestep.observation,
+        timestep.action_mask,
+    )
+
+
 def describe(env: AbstractEnvironment) -> str:
     """The innermost environment's class name (e.g. `CartPole`)."""
     return type(unwrap(env)[-1]).__name__
@@ -59,13 +71,7 @@ def check_actor_critic(
             f"{owner}: {source} must return an eqxrl.nn.AbstractActorCritic, got "
             f"{type(network).__name__}."
         )
-    timestep = _example_timestep(env)
-    distribution, value = eqx.filter_eval_shape(
-        lambda net, observation, mask: net(observation, mask),
-        network,
-        timestep.observation,
-        timestep.action_mask,
-    )
+    distribution, value = _outputs_on_an_example(network, env)
     name = f"{source} ({type(network).__name__})"
     if not isinstance(distribution, AbstractActionDistribution):
         raise ValueError(
@@ -165,11 +171,5 @@ def samples_only_valid_actions(model: Any, env: AbstractEnvironment) -> bool:
     the check."""
     if not isinstance(env.action_space, Discrete):
         return True
-    timestep = _example_timestep(env)
-    distribution, _ = eqx.filter_eval_shape(
-        lambda net, observation, mask: net(observation, mask),
-        model,
-        timestep.observation,
-        timestep.action_mask,
-    )
+    distribution, _ = _outputs_on_an_example(model, env)
     return isinstance(distribution, MaskedCategorical)
