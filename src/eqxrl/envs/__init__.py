@@ -27,6 +27,11 @@ from ._gymnax import (
     from_gymnax as from_gymnax,
     to_gymnax as to_gymnax,
 )
+from ._parity import (
+    FieldParity as FieldParity,
+    ParityReport as ParityReport,
+    check_parity as check_parity,
+)
 from ._pendulum import Pendulum as Pendulum, PendulumState as PendulumState
 from ._registry import (
     make as make,
