@@ -1,4 +1,5 @@
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -9,7 +10,6 @@ from .._config import in_range
 from .._random import uniform as random_uniform
 from ..buffers import ReplaySample
 from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
-from ._checks import check_q_network
 from ._q_learning import AbstractQLearning
 
 
@@ -107,6 +107,8 @@ class IQN(AbstractQLearning):
         ```
     """
 
+    distributional: ClassVar[bool] = True
+
     num_envs: int = eqx.field(static=True, default=32)
     buffer_size: int = eqx.field(static=True, default=50_000)
     batch_size: int = eqx.field(static=True, default=64)
@@ -135,15 +137,6 @@ class IQN(AbstractQLearning):
                 raise ValueError(f"IQN: {field}={sizes} must be positive integers.")
         if not self.hidden_sizes:
             raise ValueError("IQN: hidden_sizes must not be empty.")
-
-    def _check_network(self) -> None:
-        check_q_network(
-            "IQN",
-            self.env,
-            self.make_network,
-            self.network_factory,
-            quantiles=True,
-        )
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQuantileNetwork:
         """The initial network: `network_factory(env, key)` or an

@@ -1,6 +1,7 @@
 import abc
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -128,6 +129,9 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
       default network.
     """
 
+    # Whether the network predicts quantiles (IQN) rather than one value per action.
+    distributional: ClassVar[bool] = False
+
     env: AbstractEnvironment
     num_envs: int = eqx.field(static=True, default=16)
     total_timesteps: int = eqx.field(static=True, default=500_000)
@@ -235,16 +239,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 f"{name}: needs a Discrete action space, got "
                 f"{type(self.env.action_space).__name__}."
             )
-        self._check_network()
-
-    def _check_network(self) -> None:
-        """The environment's contract and the network's shapes (see `_checks`)."""
+        # The environment's contract and the network's shapes (see `_checks`).
         check_q_network(
             type(self).__name__,
             self.env,
             self.make_network,
             self.network_factory,
-            quantiles=False,
+            quantiles=self.distributional,
         )
 
     # ------------------------------------------------------------------ config
