@@ -6,6 +6,7 @@ object it is given, and `to_gymnax` imports `gymnax.environments.spaces` only wh
 """
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -15,6 +16,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+import numpy as np
 from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree
 
 from ._environment import AbstractEnvironment, unwrap
@@ -441,17 +443,15 @@ class ToGymnax:
 
     def state_space(self, params: PyTree | None = None) -> Any:
         """The state as a gymnax `Dict` space: one unbounded `Box` per state leaf,
-        named by its path (eqxrl states carry no bounds)."""
+        named by its path (eqxrl states carry no bounds). Its `contains(state)` is
+        true for a state of this structure without NaNs."""
         from gymnax.environments import spaces
 
         state = eqx.filter_eval_shape(self._env(params).reset, jr.key(0))[0]
-        leaves = jtu.tree_flatten_with_path(state)[0]
-        return spaces.Dict(
+        return _path_dict_space()(
             {
-                jtu.keystr(path) or "state": spaces.Box(
-                    -jnp.inf, jnp.inf, leaf.shape, leaf.dtype
-                )
-                for path, leaf in leaves
+                path: spaces.Box(-jnp.inf, jnp.inf, leaf.shape, leaf.dtype)
+                for path, leaf in _state_leaves(state).items()
             }
         )
 
@@ -467,11 +467,57 @@ def _space_to_gymnax(space: AbstractSpace) -> Any:
     if isinstance(space, Discrete):
         return spaces.Discrete(space.num_values)
     if isinstance(space, Box):
-        return spaces.Box(space.low, space.high, space.shape, jnp.float32)
+        low, high = _gymnax_bound(space.low), _gymnax_bound(space.high)
+        return spaces.Box(low, high, space.shape, jnp.float32)
     raise ValueError(
         f"to_gymnax: no gymnax equivalent for {type(space).__name__}; only Discrete "
         "and Box spaces convert."
     )
+
+
+def _gymnax_bound(bound: Array) -> Array | float:
+    """A `Box` bound as gymnax's own spaces give it: a Python float when it is the
+    same everywhere (e.g. Snake's 0 and 1, Pendulum's torque), else the array.
+
+    gymnax's wrappers expect that: `FlattenObservationWrapper` flattens a space's
+    shape but keeps its bounds, so only scalar bounds still fit a flattened
+    observation, and `GymnaxToGymWrapper` calls `float()` on bounds of size 1, which
+    a JAX array of shape `(1,)` refuses. Bounds that depend on traced params (inside
+    `jit`) stay arrays."""
+    try:
+        values = np.asarray(bound)
+    except jax.errors.TracerArrayConversionError:
+        return bound
+    if values.size and (values == values.flat[0]).all():
+        return float(values.flat[0])
+    return bound
+
+
+def _state_leaves(state: PyTree) -> dict[str, Any]:
+    """The leaves of a state keyed by their path (`.env_state.physics`)."""
+    leaves = jtu.tree_flatten_with_path(state)[0]
+    return {jtu.keystr(path) or "state": leaf for path, leaf in leaves}
+
+
+@functools.cache
+def _path_dict_space() -> type:
+    """gymnax's `Dict` space keyed by pytree paths, defined on first use (gymnax is
+    optional).
+
+    gymnax's own `Dict.contains` reads each key with `getattr(state, key)`, which
+    cannot follow a path such as `.env_state.physics`; this `contains` flattens the
+    state with paths instead."""
+    from gymnax.environments import spaces
+
+    class PathDict(spaces.Dict):
+        def contains(self, x: PyTree) -> Array:
+            leaves = _state_leaves(x)
+            if leaves.keys() != self.spaces.keys():
+                return jnp.bool_(False)  # another structure: not this state
+            inside = [space.contains(leaves[k]) for k, space in self.spaces.items()]
+            return jnp.all(jnp.stack(inside))
+
+    return PathDict
 
 
 def to_gymnax(
