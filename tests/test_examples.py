@@ -156,6 +156,19 @@ def test_masked_example_takes_no_invalid_action_and_reaches_the_goal():
 
 
 @pytest.mark.slow
+def test_dict_observations_example_trains_both_critics_and_hides_the_true_state():
+    output = run_example(
+        "dict_observations_ppo.py", "--total-timesteps", "4096", "--seeds", "1"
+    )
+    for label in ("critic reads the true state", "critic reads the sensors"):
+        first, last = numbers(
+            rf"^{label}: return first {NUMBER}, last per seed \[{NUMBER}\]", output
+        )
+        assert 8.0 <= first <= 500.0 and 8.0 <= last <= 500.0, output
+    assert "policy ignores the true state: True" in output
+
+
+@pytest.mark.slow
 def test_pendulum_example_prints_curve():
     output = run_example("pendulum_ppo.py", "--total-timesteps", "8192", "--seeds", "1")
     # Pendulum's return per 200-step episode lies in [-16.3 * 200, 0].

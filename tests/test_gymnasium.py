@@ -163,8 +163,16 @@ def test_accepts_an_environment_or_a_factory():
 
 
 def test_unsupported_space_raises():
-    with pytest.raises(ValueError, match="Discrete and Box"):
-        from_gymnasium("Blackjack-v1")  # a Tuple observation space
+    """Observations convert from Dict and Tuple spaces too
+    (tests/test_structured_observations.py); actions only from Discrete and Box."""
+
+    def multi_discrete_actions():
+        env = gymnasium.make("CartPole-v1")
+        env.action_space = gymnasium.spaces.MultiDiscrete([2, 2])
+        return env
+
+    with pytest.raises(ValueError, match="Discrete and Box action spaces"):
+        from_gymnasium(multi_discrete_actions)
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._config import in_range
 from ..buffers import ReplaySample
 from ..nn import AbstractQNetwork, MLPQNetwork, greedy_action
-from ._q_learning import AbstractQLearning
+from ._q_learning import AbstractQLearning, default_encoder
 
 
 class DQN(AbstractQLearning):
@@ -64,11 +64,13 @@ class DQN(AbstractQLearning):
         """The initial Q-network: `network_factory(env, key)` or an `MLPQNetwork`."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
+        encoder, observation_size = default_encoder(self.env.observation_space, key)
         return MLPQNetwork(
-            math.prod(self.env.observation_space.shape),
+            observation_size,
             self.env.action_space.num_values,
             hidden_sizes=self.hidden_sizes,
             dueling=self.dueling,
+            encoder=encoder,
             key=key,
         )
 

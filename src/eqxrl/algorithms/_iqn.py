@@ -10,7 +10,7 @@ from .._config import in_range
 from .._random import uniform as random_uniform
 from ..buffers import ReplaySample
 from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
-from ._q_learning import AbstractQLearning
+from ._q_learning import AbstractQLearning, default_encoder
 
 
 def quantile_huber_loss(
@@ -143,14 +143,16 @@ class IQN(AbstractQLearning):
         `ImplicitQuantileNetwork`."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
+        encoder, observation_size = default_encoder(self.env.observation_space, key)
         return ImplicitQuantileNetwork(
-            math.prod(self.env.observation_space.shape),
+            observation_size,
             self.env.action_space.num_values,
             hidden_sizes=self.hidden_sizes,
             head_sizes=self.head_sizes,
             num_cosines=self.num_cosines,
             num_acting_quantiles=self.num_acting_quantiles,
             dueling=self.dueling,
+            encoder=encoder,
             key=key,
         )
 

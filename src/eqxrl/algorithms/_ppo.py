@@ -21,6 +21,7 @@ from ..envs import (
     AbstractEnvironment,
     AutoReset,
     Box,
+    Dict,
     Discrete,
     EpisodeStatistics,
     TimeStep,
@@ -32,9 +33,14 @@ from ..nn import (
     ActorCriticPolicy,
     MLPActorCritic,
     MLPGaussianActorCritic,
+    MultiInputActorCritic,
     NormalizedActorCritic,
     RunningMeanStd,
     batch_size_hint,
+)
+from ..nn._normalization import (
+    observation_statistics as empty_observation_statistics,
+    update_observation_statistics,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
 from ._checks import check_actor_critic, samples_only_valid_actions
@@ -56,7 +62,8 @@ class PPOState(eqx.Module):
     - `key`: the PRNG key for the next iteration.
     - `iteration`: how many iterations have run (int32).
     - `observation_statistics`: running observation statistics (with
-      `normalize_observations`), else `None`.
+      `normalize_observations`), else `None`: a `RunningMeanStd`, or for
+      structured observations one per `Box` leaf in the observation's structure.
     - `return_statistics`: running statistics of the discounted return (with
       `normalize_rewards`), else `None`.
     - `discounted_returns`: each environment's running discounted return (with
@@ -69,7 +76,7 @@ class PPOState(eqx.Module):
     timestep: TimeStep
     key: PRNGKeyArray
     iteration: Int[Array, ""]
-    observation_statistics: RunningMeanStd | None = None
+    observation_statistics: PyTree[RunningMeanStd | None] = None
     return_statistics: RunningMeanStd | None = None
     discounted_returns: Float[Array, " num_envs"] | None = None
 
@@ -117,8 +124,16 @@ class PPO(AbstractAlgorithm[PPOState]):
       policy.
     - `normalize_rewards`: scale rewards by the running standard deviation of the
       discounted return (as Stable-Baselines3's `VecNormalize`).
-    - `hidden_sizes`: widths of the default MLP actor-critic (`MLPActorCritic` for
-      `Discrete` actions, `MLPGaussianActorCritic` for `Box` actions).
+    - `hidden_sizes`: widths of the default MLP layers. The default network is
+      `MLPActorCritic` (`Discrete` actions) or `MLPGaussianActorCritic` (`Box`
+      actions) for `Box` observations, and
+      [`MultiInputActorCritic`][eqxrl.nn.MultiInputActorCritic] for structured
+      (`Dict`, `Tuple`) or `Discrete` observations: one-hot discrete leaves, a CNN
+      for image leaves, flattened vectors.
+    - `actor_keys`: with a `Dict` observation space, the keys the default
+      network's actor reads (e.g. `("state",)`); `None` reads all.
+    - `critic_keys`: the keys the default network's critic reads (e.g.
+      `("privileged_state",)` for an asymmetric actor-critic); `None` reads all.
     - `network_factory`: optional `factory(env, key) -> AbstractActorCritic` replacing
       the default MLP.
     - `observation_storage_dtype`: store rollout observations in this dtype (e.g.
@@ -174,6 +189,12 @@ class PPO(AbstractAlgorithm[PPOState]):
     normalize_rewards: bool = eqx.field(static=True, default=False)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
+    actor_keys: tuple[str, ...] | None = eqx.field(
+        static=True, default=None, converter=lambda k: None if k is None else tuple(k)
+    )
+    critic_keys: tuple[str, ...] | None = eqx.field(
+        static=True, default=None, converter=lambda k: None if k is None else tuple(k)
+    )
     observation_storage_dtype: jnp.dtype | None = eqx.field(
         static=True,
         default=None,
@@ -215,6 +236,21 @@ class PPO(AbstractAlgorithm[PPOState]):
                 f"PPO: the default network needs a Discrete or Box action space, got "
                 f"{type(self.env.action_space).__name__}; pass network_factory."
             )
+        if self.actor_keys is not None or self.critic_keys is not None:
+            if self.network_factory is not None:
+                raise ValueError(
+                    "PPO: actor_keys / critic_keys choose what the default network "
+                    "reads; with network_factory, pass them to your network instead."
+                )
+            space = self.env.observation_space
+            if not isinstance(space, Dict):
+                raise ValueError(
+                    "PPO: actor_keys / critic_keys select keys of a Dict observation, "
+                    f"but the observation space is {type(space).__name__}."
+                )
+            for keys in (self.actor_keys, self.critic_keys):
+                if keys is not None:
+                    space.subset(keys)  # a KeyError naming the keys there are
         check_actor_critic("PPO", self.env, self.make_network, self.network_factory)
 
     @property
@@ -237,8 +273,21 @@ class PPO(AbstractAlgorithm[PPOState]):
         """The initial actor-critic: `network_factory(env, key)` or the default MLP."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
-        observation_size = math.prod(self.env.observation_space.shape)
         action_space = self.env.action_space
+        if (
+            not isinstance(self.env.observation_space, Box)
+            or self.actor_keys is not None
+            or self.critic_keys is not None
+        ):
+            return MultiInputActorCritic(
+                self.env.observation_space,
+                action_space,
+                actor_keys=self.actor_keys,
+                critic_keys=self.critic_keys,
+                hidden_sizes=self.hidden_sizes,
+                key=key,
+            )
+        observation_size = math.prod(self.env.observation_space.shape)
         if isinstance(action_space, Box):
             return MLPGaussianActorCritic(
                 observation_size,
@@ -254,7 +303,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
 
     def acting_model(
-        self, model: AbstractActorCritic, statistics: RunningMeanStd | None
+        self, model: AbstractActorCritic, statistics: PyTree[RunningMeanStd | None]
     ) -> AbstractActorCritic:
         """The model as it sees raw observations: behind the observation normalizer
         when there is one."""
@@ -311,8 +360,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
         observation_statistics = return_statistics = discounted_returns = None
         if self.normalize_observations:
-            observation_statistics = RunningMeanStd.zeros(
-                self.env.observation_space.shape
+            observation_statistics = empty_observation_statistics(
+                self.env.observation_space
             )
         if self.normalize_rewards:
             return_statistics = RunningMeanStd.zeros(())
@@ -439,7 +488,7 @@ class PPO(AbstractAlgorithm[PPOState]):
     def _loss(
         self,
         model: AbstractActorCritic,
-        observation_statistics: RunningMeanStd | None,
+        observation_statistics: PyTree[RunningMeanStd | None],
         batch: Transition,
         advantages: Float[Array, " minibatch"],
         returns: Float[Array, " minibatch"],
@@ -573,8 +622,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
         observation_statistics = state.observation_statistics
         if observation_statistics is not None:
-            observation_statistics = observation_statistics.update(
-                self._restore_observation(flat[0].observation)
+            observation_statistics = update_observation_statistics(
+                observation_statistics, self._restore_observation(flat[0].observation)
             )
         metrics = jtu.tree_map(jnp.mean, statistics)
         metrics.update(episode_metrics(transitions))

@@ -18,15 +18,22 @@ from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
     AbstractEnvironment,
+    AbstractSpace,
     AbstractWrapper,
     AutoReset,
+    Box,
     Discrete,
     EpisodeStatistics,
     TimeStep,
     skip_action_checks,
     unwrap,
 )
-from ..nn import AbstractQNetwork, EpsilonGreedyPolicy, epsilon_greedy_action
+from ..nn import (
+    AbstractQNetwork,
+    EpsilonGreedyPolicy,
+    ObservationEncoder,
+    epsilon_greedy_action,
+)
 from ._base import AbstractAlgorithm, injected_learning_rate
 from ._checks import check_q_network
 from ._metrics import ended_episode_metrics
@@ -79,6 +86,20 @@ def _with_final_action_mask(timestep: TimeStep) -> TimeStep:
     extras = dict(timestep.extras)
     extras["final_action_mask"] = timestep.action_mask
     return eqx.tree_at(lambda t: t.extras, timestep, extras)
+
+
+def default_encoder(
+    space: AbstractSpace, key: PRNGKeyArray
+) -> tuple[ObservationEncoder | None, int]:
+    """The default Q-networks' observation features: `Box` observations flattened
+    (no encoder), any other space through an
+    [`ObservationEncoder`][eqxrl.nn.ObservationEncoder] (one-hot `Discrete`
+    leaves, a CNN for image leaves); and the number of features."""
+    if isinstance(space, Box):
+        return None, math.prod(space.shape)
+    # A key of its own, so that Box observations keep their initial weights.
+    encoder = ObservationEncoder(space, key=jr.fold_in(key, 1))
+    return encoder, encoder.num_features
 
 
 class AbstractQLearning(AbstractAlgorithm[QLearningState]):

@@ -40,7 +40,14 @@ from ._registry import (
 )
 from ._render import save_gif as save_gif
 from ._snake import Snake as Snake, SnakeState as SnakeState
-from ._spaces import AbstractSpace as AbstractSpace, Box as Box, Discrete as Discrete
+from ._spaces import (
+    AbstractSpace as AbstractSpace,
+    Box as Box,
+    Dict as Dict,
+    Discrete as Discrete,
+    Tuple as Tuple,
+    is_leaf_space as is_leaf_space,
+)
 from ._types import TimeStep as TimeStep
 from ._wrappers import (
     AutoReset as AutoReset,

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array, ArrayLike, Int
+from jaxtyping import Array, ArrayLike, Int, PyTree
 
 from ._environment import AbstractEnvironment, AbstractWrapper
-from ._spaces import AbstractSpace, Box, Discrete
+from ._spaces import AbstractSpace, Discrete
 from ._types import TimeStep
 
 _SKIP_ACTION_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -169,17 +169,7 @@ def check_environment(env: AbstractEnvironment) -> None:
             step_timestep.extras[extra],
         )
 
-    space = env.observation_space
-    observation = reset_timestep.observation
-    if isinstance(space, Box | Discrete) and isinstance(
-        observation, jax.ShapeDtypeStruct
-    ):
-        if tuple(observation.shape) != tuple(space.shape):
-            raise ValueError(
-                f"{name}: reset and step return observations of shape "
-                f"{tuple(observation.shape)} but observation_space has shape "
-                f"{tuple(space.shape)}; make them agree."
-            )
+    _check_observation_shapes(name, env.observation_space, reset_timestep.observation)
     mask = reset_timestep.action_mask
     actions = env.action_space
     if mask is not None and isinstance(actions, Discrete):
@@ -188,6 +178,29 @@ def check_environment(env: AbstractEnvironment) -> None:
                 f"{name}: timestep.action_mask is {_shape_text(mask)} but the action "
                 f"space is Discrete({actions.num_values}), which needs bool"
                 f"[{actions.num_values}] (True where an action is valid)."
+            )
+
+
+def _check_observation_shapes(
+    name: str, space: AbstractSpace, observation: PyTree
+) -> None:
+    """The observation has the structure and leaf shapes of the space's elements."""
+    expected = eqx.filter_eval_shape(space.sample, jr.key(0))
+    if jax.tree.structure(expected) != jax.tree.structure(observation):
+        raise ValueError(
+            f"{name}: reset and step return observations structured as "
+            f"{_structure_text(observation)} but observation_space "
+            f"({type(space).__name__}) describes {_structure_text(expected)}; make "
+            "them agree."
+        )
+    paths_and_leaves = jax.tree_util.tree_flatten_with_path(expected)[0]
+    for (path, want), got in zip(paths_and_leaves, jax.tree.leaves(observation)):
+        if tuple(got.shape) != tuple(want.shape):
+            where = "observations" + jax.tree_util.keystr(path)
+            raise ValueError(
+                f"{name}: reset and step return {where} of shape "
+                f"{tuple(got.shape)} but observation_space has shape "
+                f"{tuple(want.shape)} there; make them agree."
             )
 
 

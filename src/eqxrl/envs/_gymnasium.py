@@ -16,10 +16,10 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Int, PRNGKeyArray, UInt32
+from jaxtyping import Array, ArrayLike, Int, PRNGKeyArray, PyTree, UInt32
 
 from ._environment import AbstractEnvironment
-from ._spaces import AbstractSpace, Box, Discrete
+from ._spaces import AbstractSpace, Box, Dict, Discrete, Tuple, is_leaf_space
 from ._types import TimeStep
 
 _UNBOUND = -1  # `episode` of a state no host environment runs yet
@@ -79,11 +79,15 @@ class _HostEnvironments:
         action_space = self.scratch.action_space
         self.observation_space = _convert_space(observation_space, "observation")
         self.action_space = _convert_space(action_space, "action")
+        if not is_leaf_space(self.action_space):
+            raise ValueError(
+                "from_gymnasium: the action space is a "
+                f"{type(action_space).__name__}; eqxrl converts only Discrete and "
+                "Box action spaces."
+            )
         # Plain NumPy metadata: the hot loop must not touch JAX objects.
-        self.observation_shape = tuple(self.observation_space.shape)
-        self.observation_size = int(np.prod(self.observation_shape))
-        self.observation_dtype = np.dtype(self.observation_space.dtype)
-        self.observation_start = int(getattr(observation_space, "start", 0))
+        self.observation_leaves = _host_leaves(observation_space)
+        self.observation_size = sum(leaf.size for leaf in self.observation_leaves)
         self.action_shape = tuple(self.action_space.shape)
         self.action_size = int(np.prod(self.action_shape))
         self.action_dtype = np.dtype(self.action_space.dtype)
@@ -96,22 +100,23 @@ class _HostEnvironments:
         self.lock = threading.Lock()
 
     def observation(self, observation):
-        """A host observation as the flat 4-byte row the callbacks return."""
-        observation = np.asarray(observation) - self.observation_start
-        return observation.astype(self.observation_dtype).reshape(-1)
+        """A host observation as the flat int32 row the callbacks return: every
+        leaf cast to its 4-byte dtype, flattened and bit-cast, in leaf order."""
+        if len(self.observation_leaves) == 1:
+            return self.observation_leaves[0].row(observation)
+        rows = [leaf.row(leaf.find(observation)) for leaf in self.observation_leaves]
+        return np.concatenate(rows)
 
     def reset(self, seeds):
         """Initial observations for a batch of seeds `[..., 2]` (uint32)."""
         seeds = np.asarray(seeds)
         batch = seeds.shape[:-1]
-        rows = np.zeros(
-            (int(np.prod(batch)), self.observation_size), self.observation_dtype
-        )
+        rows = np.zeros((int(np.prod(batch)), self.observation_size), np.int32)
         with self.lock:
             for i, (high, low) in enumerate(seeds.reshape(-1, 2).tolist()):
                 observation, _ = self.scratch.reset(seed=high << 32 | low)
                 rows[i] = self.observation(observation)
-        return rows.reshape((*batch, *self.observation_shape))
+        return rows.reshape((*batch, self.observation_size))
 
     def step(self, inputs):
         """Step a batch of episodes, `inputs[..., :]` packed as `_STEP_IN` says; an
@@ -150,7 +155,7 @@ class _HostEnvironments:
                 entry[1] += 1
                 outputs[i, :4] = (episode, terminated, truncated, _OK)
                 rewards[i] = reward
-                outputs[i, _STEP_OUT:] = self.observation(observation).view(np.int32)
+                outputs[i, _STEP_OUT:] = self.observation(observation)
                 if terminated or truncated:
                     del self.running[episode]
                     self.idle.append(env)
@@ -170,19 +175,76 @@ class _HostEnvironments:
 
 
 def _convert_space(space: Any, what: str) -> AbstractSpace:
+    """gymnasium's Discrete, Box, MultiBinary, Dict and Tuple spaces as eqxrl's."""
     import gymnasium
 
-    if isinstance(space, gymnasium.spaces.Discrete):
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Discrete):
         return Discrete(int(space.n))
-    if isinstance(space, gymnasium.spaces.Box):
+    if isinstance(space, spaces.Box):
         low = np.asarray(space.low, np.float32)
         high = np.asarray(space.high, np.float32)
         return Box(low, high)
+    if isinstance(space, spaces.MultiBinary) and what == "observation":
+        return Box(0.0, 1.0, tuple(int(n) for n in np.atleast_1d(space.shape)))
+    if isinstance(space, spaces.Dict) and what == "observation":
+        return Dict(
+            {name: _convert_space(part, what) for name, part in space.spaces.items()}
+        )
+    if isinstance(space, spaces.Tuple) and what == "observation":
+        return Tuple([_convert_space(part, what) for part in space.spaces])
     raise ValueError(
         f"from_gymnasium: the {what} space is a {type(space).__name__}; eqxrl "
-        "converts only Discrete and Box spaces. Wrap the environment first, e.g. "
+        "converts Discrete, Box, MultiBinary, Dict and Tuple observation spaces "
+        "and Discrete and Box action spaces. Wrap the environment first, e.g. "
         "with gymnasium.wrappers.FlattenObservation."
     )
+
+
+@no_type_check  # host code
+class _HostLeaf:
+    """Where one observation leaf sits in a host observation, and how it travels:
+    `path` (dict keys and tuple positions, in eqxrl's leaf order), the 4-byte
+    dtype it is cast to, and the offset of a `Discrete` space's `start`."""
+
+    def __init__(self, path, shape, dtype, start):
+        self.path = path
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.start = start
+        self.size = max(int(np.prod(shape)), 1)
+
+    def find(self, observation):
+        for part in self.path:
+            observation = observation[part]
+        return observation
+
+    def row(self, value):
+        value = np.asarray(value) - self.start
+        return value.astype(self.dtype).reshape(-1).view(np.int32)
+
+
+def _host_leaves(space: Any, path: tuple = ()) -> list[_HostLeaf]:
+    """The leaves of a gymnasium observation space, in eqxrl's order (sorted
+    `Dict` keys, as `jax.tree.leaves` orders a dict)."""
+    import gymnasium
+
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Dict):
+        return [
+            leaf
+            for name in sorted(space.spaces)
+            for leaf in _host_leaves(space.spaces[name], (*path, name))
+        ]
+    if isinstance(space, spaces.Tuple):
+        return [
+            leaf
+            for index, part in enumerate(space.spaces)
+            for leaf in _host_leaves(part, (*path, index))
+        ]
+    if isinstance(space, spaces.Discrete):
+        return [_HostLeaf(path, (), np.int32, int(space.start))]
+    return [_HostLeaf(path, tuple(space.shape), np.float32, 0)]
 
 
 class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
@@ -224,7 +286,10 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
       the benchmark
       `benchmarks/gymnasium_bridge.py`. Use it to migrate step by step, then port
       the environment to JAX.
-    - Not differentiable; observations and actions must be `Box` or `Discrete`.
+    - Not differentiable. Actions must be `Box` or `Discrete`; observations may
+      also be `MultiBinary` (a 0/1 `Box`), `Dict` and `Tuple` (eqxrl's
+      [`Dict`][eqxrl.envs.Dict] and [`Tuple`][eqxrl.envs.Tuple], dict and tuple
+      observations).
 
     **Arguments:**
 
@@ -241,15 +306,29 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
     def action_space(self) -> AbstractSpace:
         return self.host.action_space
 
+    def _decode_observation(self, row: Int[Array, " size"]) -> PyTree[Array]:
+        """The observation from the int32 words the host packed it into."""
+        space = self.observation_space
+        leaves, offset = [], 0
+        for leaf in jax.tree.leaves(space, is_leaf=is_leaf_space):
+            size = max(math.prod(leaf.shape), 1)
+            words = row[offset : offset + size]
+            leaves.append(
+                lax.bitcast_convert_type(words, leaf.dtype).reshape(leaf.shape)
+            )
+            offset += size
+        structure = jax.tree.structure(eqx.filter_eval_shape(space.sample, jr.key(0)))
+        return jax.tree.unflatten(structure, leaves)
+
     def reset(self, key: PRNGKeyArray) -> tuple[FromGymnasiumState, TimeStep]:
         seed = jr.bits(key, (2,), jnp.uint32)
-        space = self.observation_space
-        observation = jax.pure_callback(
+        row = jax.pure_callback(
             self.host.reset,
-            jax.ShapeDtypeStruct(space.shape, space.dtype),
+            jax.ShapeDtypeStruct((self.host.observation_size,), jnp.int32),
             seed,
             vmap_method="broadcast_all",
         )
+        observation = self._decode_observation(row)
         state = FromGymnasiumState(
             episode=jnp.int32(_UNBOUND), seed=seed, step_count=jnp.int32(0)
         )
@@ -262,10 +341,9 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
         return state, timestep
 
     def step(
-        self, state: FromGymnasiumState, action: Array, key: PRNGKeyArray
+        self, state: FromGymnasiumState, action: ArrayLike, key: PRNGKeyArray
     ) -> tuple[FromGymnasiumState, TimeStep]:
         del key  # the host environment's own generator, seeded at reset, is used
-        space = self.observation_space
         action = jnp.asarray(action).astype(self.action_space.dtype)
         inputs = jnp.concatenate(
             [
@@ -280,10 +358,9 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
                 lax.bitcast_convert_type(action.reshape(-1), jnp.int32),
             ]
         )
-        size = math.prod(space.shape)
         outputs = jax.pure_callback(
             self.host.step,
-            jax.ShapeDtypeStruct((_STEP_OUT + size,), jnp.int32),
+            jax.ShapeDtypeStruct((_STEP_OUT + self.host.observation_size,), jnp.int32),
             inputs,
             vmap_method="broadcast_all",
         )
@@ -292,9 +369,8 @@ class FromGymnasium(AbstractEnvironment[FromGymnasiumState]):
             episode, status != _OK, jnp.maximum(status - 1, 0), _ERRORS
         )
         next_state = FromGymnasiumState(episode, state.seed, state.step_count + 1)
-        observation = lax.bitcast_convert_type(outputs[_STEP_OUT:], space.dtype)
         timestep = TimeStep(
-            observation=observation.reshape(space.shape),
+            observation=self._decode_observation(outputs[_STEP_OUT:]),
             reward=lax.bitcast_convert_type(outputs[4], jnp.float32),
             terminated=terminated.astype(jnp.bool_),
             truncated=truncated.astype(jnp.bool_),
@@ -316,9 +392,9 @@ def from_gymnasium(env_or_id: Any, **make_kwargs: Any) -> FromGymnasium:
 
     - `env_or_id`: a gymnasium id for `gymnasium.make` (e.g. `"CartPole-v1"`), a
       `gymnasium.Env` (copied with `copy.deepcopy` for every instance the bridge
-      needs, the object itself is never stepped), or a zero-argument function
-      returning a new environment with gymnasium's `reset(seed=...)` / `step(action)`
-      API and `observation_space` / `action_space`.
+      needs, the object itself is never stepped), or a zero-argument function (or
+      a class) returning a new environment with gymnasium's `reset(seed=...)` /
+      `step(action)` API and `observation_space` / `action_space`.
     - `**make_kwargs`: passed to `gymnasium.make` with an id.
 
     **Returns:**
@@ -348,7 +424,10 @@ def from_gymnasium(env_or_id: Any, **make_kwargs: Any) -> FromGymnasium:
             "from_gymnasium: keyword arguments are passed to gymnasium.make, so they "
             "need an environment id; got an environment object."
         )
-    elif callable(env_or_id) and not hasattr(env_or_id, "step"):
+    elif isinstance(env_or_id, type) or (
+        callable(env_or_id) and not hasattr(env_or_id, "step")
+    ):
+        # A class is a constructor, though it has a `step` attribute.
         make_env = env_or_id
     else:
         template = env_or_id

@@ -18,14 +18,21 @@ from gymnasium.vector.utils import batch_space
 
 from ._checks import describe
 from ._environment import AbstractEnvironment
-from ._spaces import AbstractSpace, Box, Discrete
+from ._spaces import AbstractSpace, Box, Dict, Discrete, Tuple
 from ._wrappers import AutoReset
 
 _RENDER_FPS = 30
 
 
 def gymnasium_space(space: AbstractSpace, what: str) -> gymnasium.spaces.Space:
-    """An eqxrl `Discrete` or `Box` space as gymnasium's (same bounds and dtype)."""
+    """An eqxrl space as gymnasium's (same bounds and dtype; `Dict` and `Tuple`
+    recursively)."""
+    if isinstance(space, Dict):
+        return gymnasium.spaces.Dict(
+            {name: gymnasium_space(part, what) for name, part in space.spaces.items()}
+        )
+    if isinstance(space, Tuple):
+        return gymnasium.spaces.Tuple([gymnasium_space(p, what) for p in space.spaces])
     if isinstance(space, Discrete):
         return gymnasium.spaces.Discrete(space.num_values)
     if isinstance(space, Box):
@@ -38,8 +45,8 @@ def gymnasium_space(space: AbstractSpace, what: str) -> gymnasium.spaces.Space:
             dtype=np.float32,
         )
     raise ValueError(
-        f"to_gymnasium: the {what} space is a {type(space).__name__}; only Discrete "
-        "and Box spaces have a gymnasium counterpart here."
+        f"to_gymnasium: the {what} space is a {type(space).__name__}; only Discrete, "
+        "Box, Dict and Tuple spaces have a gymnasium counterpart here."
     )
 
 
@@ -114,6 +121,20 @@ def _key(np_random: np.random.Generator) -> jax.Array:
     return jr.key(int(np_random.integers(0, 2**31 - 1)))
 
 
+def _numpy(observation: Any) -> Any:
+    """An observation (an array, or a dict / tuple of arrays) in NumPy; integer
+    (`Discrete`) leaves as int64, the dtype of gymnasium's `Discrete`."""
+
+    def leaf(x: Any) -> Any:
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.integer):
+            x = x.astype(np.int64)
+            return x[()] if x.ndim == 0 else x
+        return x
+
+    return jax.tree.map(leaf, observation)
+
+
 def _info(timestep: Any) -> dict[str, Any]:
     return (
         {}
@@ -138,19 +159,19 @@ class GymnasiumEnv(gymnasium.Env):
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         self._state, timestep = _jitted_reset(self.env, _key(self.np_random))
-        return np.asarray(timestep.observation), _info(timestep)
+        return _numpy(timestep.observation), _info(timestep)
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         if self._state is None:
             raise RuntimeError("to_gymnasium: call reset() before step().")
         self._state, timestep = _jitted_step(
             self.env, self._state, _actions(self.env, action), _key(self.np_random)
         )
         return (
-            np.asarray(timestep.observation),
+            _numpy(timestep.observation),
             float(timestep.reward),
             bool(timestep.terminated),
             bool(timestep.truncated),
@@ -204,16 +225,16 @@ class GymnasiumVectorEnv(VectorEnv):
         *,
         seed: int | list[int] | None = None,
         options: dict[str, Any] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, dict[str, Any]]:
         if isinstance(seed, list | tuple):
             seed = seed[0]
         super().reset(seed=seed)
         self._states, timesteps = _jitted_vector_reset(self.env, self._keys())
-        return np.asarray(timesteps.observation), _info(timesteps)
+        return _numpy(timesteps.observation), _info(timesteps)
 
     def step(
         self, actions: Any
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._states is None:
             raise RuntimeError("to_gymnasium: call reset() before step().")
         actions = _actions(self.env, actions)
@@ -232,13 +253,13 @@ class GymnasiumVectorEnv(VectorEnv):
         if done.any():
             # gymnasium's same-step autoreset: the observation is the next episode's
             # first; the episode's last is in info["final_obs"] where it ended.
-            final = np.asarray(timesteps.extras["final_observation"])
+            final = _numpy(timesteps.extras["final_observation"])
             info["final_obs"] = np.empty(self.num_envs, dtype=object)
             for index in np.flatnonzero(done):
-                info["final_obs"][index] = final[index]
+                info["final_obs"][index] = jax.tree.map(lambda x: x[index], final)
             info["_final_obs"] = done
         return (
-            np.asarray(timesteps.observation),
+            _numpy(timesteps.observation),
             np.asarray(timesteps.reward),
             terminated,
             truncated,

@@ -8,6 +8,10 @@ from ._actor_critic import (
 from ._cnn import CNNActorCritic as CNNActorCritic
 from ._init import orthogonal_matrices as orthogonal_matrices
 from ._linear import batch_size_hint as batch_size_hint
+from ._multi_input import (
+    MultiInputActorCritic as MultiInputActorCritic,
+    ObservationEncoder as ObservationEncoder,
+)
 from ._normalization import (
     NormalizedActorCritic as NormalizedActorCritic,
     RunningMeanStd as RunningMeanStd,

@@ -5,7 +5,7 @@ from collections.abc import Callable, Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
 from ..distributions import (
     AbstractActionDistribution,
@@ -25,12 +25,14 @@ class AbstractActorCritic(eqx.Module):
 
     @abc.abstractmethod
     def __call__(
-        self, observation: Array, action_mask: Bool[Array, " num_actions"] | None = None
+        self,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
     ) -> tuple[AbstractActionDistribution, Float[Array, ""]]:
         """The action distribution and the state value for one observation."""
 
     @abc.abstractmethod
-    def value(self, observation: Array) -> Float[Array, ""]:
+    def value(self, observation: PyTree[Array]) -> Float[Array, ""]:
         """The state value alone (cheaper than `__call__`)."""
 
     @property

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Bool, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Key, PRNGKeyArray
 
 from ..distributions import MaskedCategorical
 from ._actor_critic import AbstractActorCritic
@@ -57,6 +57,56 @@ def _patches(
         for column in range(3)
     ]
     return jnp.concatenate(shifted, axis=-1)
+
+
+def conv_torso(
+    keys: Key[Array, " layers"],
+    observation_shape: Sequence[int],
+    channels: Sequence[int],
+    hidden_size: int,
+) -> tuple[list[eqx.nn.Linear], eqx.nn.Linear]:
+    """The convolutions (as linear maps of 3x3 patches) and the dense layer of a
+    grid torso, He-uniform initialized from `len(channels) + 1` keys (one per
+    layer): see [`CNNActorCritic`][eqxrl.nn.CNNActorCritic]."""
+    height, width, in_channels = observation_shape
+    in_channels += 1  # a constant channel: zero padding then marks the edges
+    convolutions = []
+    for index, out_channels in enumerate(channels):
+        patch_size = 9 * in_channels
+        convolution = eqx.tree_at(
+            lambda lin: (lin.weight, lin.bias),
+            eqx.nn.Linear(patch_size, out_channels, key=jr.key(0)),
+            (
+                _he_uniform(keys[index], (out_channels, patch_size), patch_size),
+                jnp.zeros(out_channels, jnp.float32),
+            ),
+        )
+        convolutions.append(convolution)
+        in_channels = out_channels
+    flat_size = height * width * in_channels
+    dense = eqx.tree_at(
+        lambda lin: (lin.weight, lin.bias),
+        eqx.nn.Linear(flat_size, hidden_size, key=jr.key(0)),
+        (
+            _he_uniform(keys[-1], (hidden_size, flat_size), flat_size),
+            jnp.zeros(hidden_size, jnp.float32),
+        ),
+    )
+    return convolutions, dense
+
+
+def conv_torso_features(
+    convolutions: list[eqx.nn.Linear],
+    dense: eqx.nn.Linear,
+    observation: Float[Array, "height width channels"],
+) -> Float[Array, " hidden"]:
+    """The torso's ReLU features of one `[height, width, channels]` observation."""
+    x = observation.astype(jnp.float32)
+    x = jnp.concatenate([x, jnp.ones_like(x[..., :1])], axis=-1)
+    for convolution in convolutions:
+        bias = convolution.bias[None, None, :]
+        x = jax.nn.relu(_patches(x) @ convolution.weight.T + bias)
+    return jax.nn.relu(dense(jnp.ravel(x)))
 
 
 class CNNActorCritic(AbstractActorCritic):
@@ -133,32 +183,10 @@ class CNNActorCritic(AbstractActorCritic):
                 f"CNNActorCritic: num_actions ({num_actions}), hidden_size "
                 f"({hidden_size}) and channels {tuple(channels)} must be positive."
             )
-        height, width, in_channels = observation_shape
-        in_channels += 1  # a constant channel: zero padding then marks the edges
         keys = jr.split(key, len(channels) + 2)
-        convolutions = []
-        for index, out_channels in enumerate(channels):
-            patch_size = 9 * in_channels
-            convolution = eqx.tree_at(
-                lambda lin: (lin.weight, lin.bias),
-                eqx.nn.Linear(patch_size, out_channels, key=jr.key(0)),
-                (
-                    _he_uniform(keys[index], (out_channels, patch_size), patch_size),
-                    jnp.zeros(out_channels, jnp.float32),
-                ),
-            )
-            convolutions.append(convolution)
-            in_channels = out_channels
-        flat_size = height * width * in_channels
-        self.dense = eqx.tree_at(
-            lambda lin: (lin.weight, lin.bias),
-            eqx.nn.Linear(flat_size, hidden_size, key=jr.key(0)),
-            (
-                _he_uniform(keys[-2], (hidden_size, flat_size), flat_size),
-                jnp.zeros(hidden_size, jnp.float32),
-            ),
+        self.convolutions, self.dense = conv_torso(
+            keys[:-1], observation_shape, channels, hidden_size
         )
-        self.convolutions = convolutions
         self.actor, self.critic = _policy_and_value_heads(
             keys[-1], hidden_size, num_actions
         )
@@ -166,12 +194,7 @@ class CNNActorCritic(AbstractActorCritic):
     def _features(
         self, observation: Float[Array, "height width channels"]
     ) -> Float[Array, " hidden"]:
-        x = observation.astype(jnp.float32)
-        x = jnp.concatenate([x, jnp.ones_like(x[..., :1])], axis=-1)
-        for convolution in self.convolutions:
-            bias = convolution.bias[None, None, :]
-            x = jax.nn.relu(_patches(x) @ convolution.weight.T + bias)
-        return jax.nn.relu(self.dense(jnp.ravel(x)))
+        return conv_torso_features(self.convolutions, self.dense, observation)
 
     def __call__(
         self,

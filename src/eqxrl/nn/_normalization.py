@@ -1,8 +1,11 @@
 import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+import jax.random as jr
+from jaxtyping import Array, Bool, Float, PyTree
 
 from ..distributions import AbstractActionDistribution
+from ..envs import AbstractSpace, Box, is_leaf_space
 from ._actor_critic import AbstractActorCritic
 
 
@@ -57,6 +60,50 @@ class RunningMeanStd(eqx.Module):
         return jnp.clip(scaled, -clip, clip)
 
 
+def _is_statistics(node: object) -> bool:
+    return node is None or isinstance(node, RunningMeanStd)
+
+
+def observation_statistics(space: AbstractSpace) -> PyTree[RunningMeanStd | None]:
+    """Empty statistics for observations of `space`: a `RunningMeanStd` per `Box`
+    leaf and `None` for `Discrete` leaves (which stay as they are), in the
+    observation's structure; for a `Box` space, one `RunningMeanStd`."""
+
+    def for_leaf(leaf: AbstractSpace) -> RunningMeanStd | None:
+        return RunningMeanStd.zeros(leaf.shape) if isinstance(leaf, Box) else None
+
+    # The statistics take the structure of an element (dicts, tuples), not that
+    # of the space (Dict, Tuple modules).
+    structure = jax.tree.structure(eqx.filter_eval_shape(space.sample, jr.key(0)))
+    leaves = jax.tree.leaves(space, is_leaf=is_leaf_space)
+    return jax.tree.unflatten(structure, [for_leaf(leaf) for leaf in leaves])
+
+
+def normalize_observation(
+    statistics: PyTree[RunningMeanStd | None], observation: PyTree[Array]
+) -> PyTree[Array]:
+    """Each leaf normalized by its statistics (leaves without statistics as they
+    are)."""
+    return jax.tree.map(
+        lambda stats, leaf: leaf if stats is None else stats.normalize(leaf),
+        statistics,
+        observation,
+        is_leaf=_is_statistics,
+    )
+
+
+def update_observation_statistics(
+    statistics: PyTree[RunningMeanStd | None], batch: PyTree[Array]
+) -> PyTree[RunningMeanStd | None]:
+    """Each leaf's statistics merged with its batch (leading axis)."""
+    return jax.tree.map(
+        lambda stats, leaf: None if stats is None else stats.update(leaf),
+        statistics,
+        batch,
+        is_leaf=_is_statistics,
+    )
+
+
 class NormalizedActorCritic(AbstractActorCritic):
     """An actor-critic that sees observations normalized by fixed statistics.
 
@@ -67,19 +114,25 @@ class NormalizedActorCritic(AbstractActorCritic):
     **Arguments:**
 
     - `model`: the actor-critic on normalized observations.
-    - `statistics`: the observation statistics.
+    - `statistics`: the observation statistics: a `RunningMeanStd`, or for
+      structured observations one per `Box` leaf (`None` for leaves left as they
+      are), in the observation's structure.
     """
 
     model: AbstractActorCritic
-    statistics: RunningMeanStd
+    statistics: PyTree[RunningMeanStd | None]
 
     def __call__(
-        self, observation: Array, action_mask: Bool[Array, " num_actions"] | None = None
+        self,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
     ) -> tuple[AbstractActionDistribution, Float[Array, ""]]:
-        return self.model(self.statistics.normalize(observation), action_mask)
+        return self.model(
+            normalize_observation(self.statistics, observation), action_mask
+        )
 
-    def value(self, observation: Array) -> Float[Array, ""]:
-        return self.model.value(self.statistics.normalize(observation))
+    def value(self, observation: PyTree[Array]) -> Float[Array, ""]:
+        return self.model.value(normalize_observation(self.statistics, observation))
 
     @property
     def separate_critic(self) -> bool:

@@ -112,6 +112,7 @@ def _metavar(field: ConfigField) -> str:
         "float": "X",
         "str": "TEXT",
         "int_tuple": "N,N,...",
+        "str_tuple": "KEY,KEY,...",
         "float_tuple": "X,X,...",
     }.get(field.kind, "VALUE")
 

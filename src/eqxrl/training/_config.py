@@ -41,7 +41,15 @@ def algorithm_name(cls: type[AbstractAlgorithm]) -> str | None:
 # --------------------------------------------------------------------------------------
 
 Kind = Literal[
-    "environment", "bool", "int", "float", "str", "int_tuple", "float_tuple", "other"
+    "environment",
+    "bool",
+    "int",
+    "float",
+    "str",
+    "int_tuple",
+    "float_tuple",
+    "str_tuple",
+    "other",
 ]
 
 
@@ -53,7 +61,7 @@ class ConfigField(eqx.Module):
 
     - `name`: the field name (the flag is `--name-with-dashes`).
     - `kind`: how values are parsed: `"bool"`, `"int"`, `"float"`, `"str"`,
-      `"int_tuple"`, `"float_tuple"`, `"environment"` (built with
+      `"int_tuple"`, `"float_tuple"`, `"str_tuple"`, `"environment"` (built with
       `eqxrl.envs.make`), or `"other"` (not settable from text, e.g. a callable).
     - `default`: the default value, or `None` when the field is required.
     - `required`: whether the field has no default.
@@ -107,7 +115,7 @@ class ConfigField(eqx.Module):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"{where}: expected a number, got {value!r}.")
             value = float(value)
-        elif self.kind in ("int_tuple", "float_tuple"):
+        elif self.kind in ("int_tuple", "float_tuple", "str_tuple"):
             if not isinstance(value, list | tuple):
                 raise ValueError(f"{where}: expected a list, got {value!r}.")
             return self.parse(",".join(str(v) for v in value))
@@ -125,6 +133,7 @@ _KIND_WORDS = {
     "str": "a string",
     "int_tuple": "comma-separated integers (e.g. 64,64)",
     "float_tuple": "comma-separated numbers",
+    "str_tuple": "comma-separated names (e.g. state,goal)",
     "environment": "an environment name",
     "other": "a value",
 }
@@ -145,8 +154,8 @@ def _parse_kind(kind: Kind, text: str) -> Any:
         if math.isnan(value):
             raise ValueError(text)
         return value
-    if kind in ("int_tuple", "float_tuple"):
-        parse = int if kind == "int_tuple" else float
+    if kind in ("int_tuple", "float_tuple", "str_tuple"):
+        parse = {"int_tuple": int, "float_tuple": float, "str_tuple": str}[kind]
         parts = [part for part in re.split(r"[,\s]+", text.strip("()[] ")) if part]
         return tuple(parse(part) for part in parts)
     if kind in ("str", "environment"):
@@ -184,6 +193,8 @@ def _kind_of(annotation: Any, default: Any) -> tuple[Kind, bool, tuple | None]:
             return "int_tuple", optional, None
         if arguments and all(a in (float, int, Ellipsis) for a in arguments):
             return "float_tuple", optional, None
+        if arguments and all(a in (str, Ellipsis) for a in arguments):
+            return "str_tuple", optional, None
         return "other", optional, None
     if isinstance(annotation, type):
         if issubclass(annotation, AbstractEnvironment):
