@@ -2,6 +2,9 @@
 from and to gymnasium, the multi-input and asymmetric actor-critic, one-hot
 `Discrete` observations, and normalization of structured observations."""
 
+import runpy
+from pathlib import Path
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,40 +13,34 @@ import numpy as np
 import pytest
 
 import eqxrl
-from eqxrl.envs import AbstractWrapper, Box, Dict, Discrete, Tuple
+from eqxrl.envs import Box, Dict, Discrete, Tuple
 from eqxrl.nn import MultiInputActorCritic, ObservationEncoder
 from eqxrl.training import config_fields
 
 STANDARD_DTYPE_PROMOTION = True  # PPO's Adam (see conftest.py)
 
 
-class SensorCartPole(AbstractWrapper):
+# The example's wrapper: `{"sensors": noisy observation, "true_state": observation}`.
+NoisySensors = runpy.run_path(
+    str(Path(__file__).parent.parent / "examples" / "dict_observations_ppo.py")
+)["NoisySensors"]
+
+
+class SensorCartPole(NoisySensors):
     """CartPole with a dict observation: noisy sensors for the policy (`state`),
     the true state for the critic (`privileged_state`), and which quarter of the
     track the cart is in (`quarter`, a `Discrete(4)` leaf)."""
 
-    env: eqxrl.envs.AbstractEnvironment
-    noise: float = 0.05
+    def __init__(self, env, noise=0.05):
+        super().__init__(env, noise)
 
     def _observe(self, timestep, key):
-        true = timestep.observation
+        timestep = super()._observe(timestep, key)
+        sensors = timestep.observation["sensors"]
+        true = timestep.observation["true_state"]
         quarter = jnp.clip(((true[0] + 2.4) / 1.2).astype(jnp.int32), 0, 3)
-        observation = {
-            "state": true + self.noise * jr.normal(key, true.shape),
-            "privileged_state": true,
-            "quarter": quarter,
-        }
+        observation = {"state": sensors, "privileged_state": true, "quarter": quarter}
         return eqx.tree_at(lambda t: t.observation, timestep, observation)
-
-    def reset(self, key):
-        reset_key, noise_key = jr.split(key)
-        state, timestep = self.env.reset(reset_key)
-        return state, self._observe(timestep, noise_key)
-
-    def step(self, state, action, key):
-        step_key, noise_key = jr.split(key)
-        state, timestep = self.env.step(state, action, step_key)
-        return state, self._observe(timestep, noise_key)
 
     @property
     def observation_space(self):
