@@ -347,3 +347,25 @@ def test_optax_learning_rate_read_by_name():
     params = {"w": jnp.zeros(3)}
     rate = ppo.current_learning_rate(optimizer.init(params))
     assert float(rate) == pytest.approx(3e-4)
+
+
+def test_check_environment_accepts_states_holding_typed_keys():
+    """Environments (Jumanji's among them) keep a `jax.random.key` in their state;
+    comparing its key dtype between reset and step must not crash the check."""
+
+    class KeyedCartPole(eqxrl.envs.AbstractWrapper):
+        env: eqxrl.envs.AbstractEnvironment
+
+        def reset(self, key):
+            state, timestep = self.env.reset(key)
+            return (state, key), timestep
+
+        def step(self, state, action, key):
+            inner, _ = state
+            inner, timestep = self.env.step(inner, action, key)
+            return (inner, key), timestep
+
+        def inner_state(self, state):
+            return state[0]
+
+    eqxrl.envs.check_environment(KeyedCartPole(eqxrl.envs.make("CartPole-v1")))

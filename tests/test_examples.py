@@ -24,11 +24,12 @@ EXAMPLE_NAMES = sorted(path.name for path in EXAMPLES.glob("*.py"))
 NEEDS_EXTRA = {
     "gymnasium_bridge_ppo.py": "gymnasium",
     "gymnax_env_ppo.py": "gymnax",
+    "jumanji_ppo.py": "jumanji",
     "purejaxrl_migration.py": "gymnax",
     "sb3_migration.py": "gymnasium",
 }
 # Packages of the other extras: not in the venv of `make demo`.
-OUTSIDE_TRAINING_EXTRA = ("gymnasium", "gymnax", "wandb")
+OUTSIDE_TRAINING_EXTRA = ("gymnasium", "gymnax", "jumanji", "wandb")
 
 NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
@@ -142,6 +143,22 @@ def test_cartpole_example_learns_and_writes_a_loadable_policy(tmp_path, capsys):
     policy = eqxrl.load_policy(tmp_path / "policy.eqx")
     assert int(policy.act(jnp.zeros(4, jnp.float32), jr.key(0))) in (0, 1)
     assert eval_return(tmp_path / "policy.eqx", capsys) > 100.0
+
+
+@pytest.mark.slow
+def test_jumanji_example_trains_and_prints_its_returns():
+    pytest.importorskip("jumanji")
+    output = run_example(
+        "jumanji_ppo.py",
+        *("--size", "5", "--time-limit", "50", "--total-timesteps", "4096"),
+        *("--num-envs", "16", "--num-steps", "64"),
+    )
+    assert "action space      Discrete(num_values=4)" in output
+    assert "PPO: 4,096 steps" in output
+    # Fruit eaten per game, on a 5x5 board (at most 24).
+    (random,) = numbers(rf"random valid moves: return {NUMBER}", output)
+    first, last = numbers(rf"first \d+ {NUMBER}, last \d+ {NUMBER}", output)
+    assert all(0.0 <= value <= 24.0 for value in (random, first, last)), output
 
 
 @pytest.mark.slow

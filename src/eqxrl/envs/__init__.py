@@ -27,6 +27,7 @@ from ._gymnax import (
     from_gymnax as from_gymnax,
     to_gymnax as to_gymnax,
 )
+from ._jumanji import FromJumanji as FromJumanji, from_jumanji as from_jumanji
 from ._parity import (
     FieldParity as FieldParity,
     ParityReport as ParityReport,
