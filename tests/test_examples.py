@@ -22,6 +22,7 @@ EXAMPLE_NAMES = sorted(path.name for path in EXAMPLES.glob("*.py"))
 
 # Examples that need a package of another extra, and that extra.
 NEEDS_EXTRA = {
+    "brax_ppo.py": "brax",
     "gymnasium_bridge_ppo.py": "gymnasium",
     "gymnax_env_ppo.py": "gymnax",
     "jumanji_ppo.py": "jumanji",
@@ -29,7 +30,7 @@ NEEDS_EXTRA = {
     "sb3_migration.py": "gymnasium",
 }
 # Packages of the other extras: not in the venv of `make demo`.
-OUTSIDE_TRAINING_EXTRA = ("gymnasium", "gymnax", "jumanji", "wandb")
+OUTSIDE_TRAINING_EXTRA = ("brax", "gymnasium", "gymnax", "jumanji", "wandb")
 
 NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
@@ -86,6 +87,7 @@ def flags(name: str) -> list[str]:
 def test_help_lists_the_flags(name, monkeypatch, capsys):
     if name in NEEDS_EXTRA:
         pytest.importorskip(NEEDS_EXTRA[name])
+        capsys.readouterr()  # what importing it printed (MuJoCo's, under brax)
     code, output = run_help(name, monkeypatch, capsys)
     assert code == 0 and output.startswith("usage:"), output
     for flag in flags(name):

@@ -2,6 +2,13 @@
 adapters to and from gymnax and gymnasium."""
 
 from .._filters import any_in_vmapped_batch as any_in_vmapped_batch
+from ._brax import (
+    FromBrax as FromBrax,
+    ToBrax as ToBrax,
+    ToBraxState as ToBraxState,
+    from_brax as from_brax,
+    to_brax as to_brax,
+)
 from ._cartpole import CartPole as CartPole, CartPoleState as CartPoleState
 from ._checks import (
     check_action as check_action,
