@@ -7,13 +7,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Bool, PRNGKeyArray
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jaxtyping import Array, Bool, PRNGKeyArray, PyTree
 
 from .._filters import filter_scan
 from ..nn import AbstractPolicy
 from ._diagnostics import check_entropy_collapse
 
 StateT = TypeVar("StateT")
+
+# The mesh axis that environments are split over (`train(key, mesh=mesh)`).
+ENVS_AXIS = "envs"
 
 
 class AbstractAlgorithm(eqx.Module, Generic[StateT]):
@@ -69,7 +73,12 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         return cpu_compiler_options() if jax.default_backend() == "cpu" else {}
 
     def train_iterations(
-        self, state: StateT, num_iterations: int, *, throw: bool = True
+        self,
+        state: StateT,
+        num_iterations: int,
+        *,
+        throw: bool = True,
+        mesh: Mesh | None = None,
     ) -> tuple[StateT, dict[str, Array]]:
         """Run `num_iterations` iterations from `state` as one `lax.scan`.
 
@@ -80,20 +89,101 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         - `throw`: stop with an error at the first iteration after which `diverged`
           is true (e.g. a NaN loss), instead of training on from parameters that are
           no longer numbers (see `train`).
+        - `mesh`: split the environments over the mesh's `"envs"` axis (see
+          `train`); `None` leaves placement to JAX.
 
         **Returns:**
 
         `(state, metrics)`, each metric stacked to shape `[num_iterations]`.
         """
         name = type(self).__name__
+        if mesh is not None:
+            self.check_mesh(mesh)
+            state = self.shard_state(state, mesh)
 
         def body(carry, _):
             carry, metrics = self.train_iteration(carry)
             if throw:
                 carry = _error_if_diverged(name, carry, self.diverged(carry, metrics))
+            if mesh is not None:
+                carry = self.shard_state(carry, mesh)
             return carry, metrics
 
         return filter_scan(body, state, length=num_iterations)
+
+    def environment_axes(self, state: StateT) -> PyTree[int]:
+        """For each leaf of a training state, the axis that indexes environments, or
+        `-1` for leaves that every device holds whole (parameters, optimizer
+        state, counters).
+
+        With a mesh (`train(key, mesh=mesh)`), environment axes are split over the
+        mesh's `"envs"` axis. The default: every leaf of `state.env_state` and
+        `state.timestep` has environments first. Algorithms whose state holds more
+        per-environment data (a replay buffer, running returns) override it; an
+        algorithm whose state has neither field must, to train with a mesh.
+        """
+        if not (hasattr(state, "env_state") and hasattr(state, "timestep")):
+            raise NotImplementedError(
+                f"{type(self).__name__}: its training state has no env_state and "
+                "timestep; override environment_axes to train with a mesh."
+            )
+        axes = jax.tree.map(lambda _: -1, state)
+        return eqx.tree_at(
+            lambda tree: (tree.env_state, tree.timestep),
+            axes,
+            (
+                jax.tree.map(lambda _: 0, state.env_state),
+                jax.tree.map(lambda _: 0, state.timestep),
+            ),
+        )
+
+    def check_mesh(self, mesh: Mesh) -> None:
+        """Raise a `ValueError` unless `mesh` has an `"envs"` axis that divides
+        `num_envs`."""
+        if ENVS_AXIS not in mesh.axis_names:
+            raise ValueError(
+                f"{type(self).__name__}: the mesh has axes {tuple(mesh.axis_names)}; "
+                f"training over devices splits environments over an axis named "
+                f"{ENVS_AXIS!r}, e.g. jax.make_mesh((jax.device_count(),), "
+                f"({ENVS_AXIS!r},)). Seeds are split by sharding the keys instead."
+            )
+        num_envs = getattr(self, "num_envs", None)
+        devices = mesh.shape[ENVS_AXIS]
+        if num_envs is not None and num_envs % devices:
+            raise ValueError(
+                f"{type(self).__name__}: num_envs={num_envs} does not split evenly "
+                f"over the mesh's {devices} {ENVS_AXIS!r} devices; choose num_envs "
+                f"a multiple of {devices}."
+            )
+
+    def state_shardings(self, state: StateT, mesh: Mesh) -> PyTree:
+        """Where each array of `state` lives on `mesh`: environment axes (see
+        `environment_axes`) split over `"envs"`, everything else replicated; `None`
+        for the state's non-array parts."""
+        # The partitioner places everything the constraints leave open, as with
+        # `jax.make_mesh(..., axis_types=Auto)`; JAX's newer default, Explicit
+        # axes, would make sharding part of every array's type in the program.
+        mesh = Mesh(
+            mesh.devices,
+            mesh.axis_names,
+            axis_types=(AxisType.Auto,) * len(mesh.axis_names),
+        )
+
+        def sharding(leaf: Any, axis: int | None) -> NamedSharding | None:
+            if not eqx.is_array(leaf) or axis is None:
+                return None
+            if axis < 0:
+                return NamedSharding(mesh, PartitionSpec())
+            return NamedSharding(mesh, PartitionSpec(*[None] * axis, ENVS_AXIS))
+
+        return jax.tree.map(sharding, state, self.environment_axes(state))
+
+    def shard_state(self, state: StateT, mesh: Mesh) -> StateT:
+        """`state` constrained to its placement on `mesh` (`state_shardings`):
+        inside a compiled program, XLA's partitioner then splits the work on
+        environments and inserts the reductions (gradients, statistics, metrics)
+        across devices, so the run computes what it computes on one device."""
+        return _place(state, self.state_shardings(state, mesh), _constrain)
 
     def diverged(self, state: StateT, metrics: dict[str, Array]) -> Bool[Array, ""]:
         """Whether training has diverged, from one iteration's new state and metrics.
@@ -111,7 +201,7 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         return jnp.any(jnp.stack(flags)) if flags else jnp.bool_(False)
 
     def train(
-        self, key: PRNGKeyArray, *, throw: bool = True
+        self, key: PRNGKeyArray, *, throw: bool = True, mesh: Mesh | None = None
     ) -> tuple[StateT, dict[str, Array]]:
         """A whole training run, compiled as one program.
 
@@ -129,28 +219,55 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
           member stops the whole batch: pass `throw=False` for sweeps, then divergent
           members show non-finite values in their metrics while the others train
           normally.
+        - `mesh`: a `jax.sharding.Mesh` with an axis named `"envs"`: the
+          environments (their states, the rollout, replay rows) are split over its
+          devices, parameters and optimizer state are replicated, and XLA reduces
+          gradients, statistics and metrics across devices, so the run is the run
+          of one device with the same `num_envs` (up to the order of float sums).
+          `num_envs` must be a multiple of the axis size. Seeds (a `vmap` of
+          `train`) are split instead by placing the keys:
+          `jax.device_put(keys, NamedSharding(mesh, PartitionSpec("seeds")))`.
+          See [Scaling out](../scaling-out.md).
 
         **Returns:**
 
         `(state, metrics)`: the final training state and a dict of per-iteration
         metrics, each of shape `[num_iterations]`.
         """
-        state, metrics = jit_with_options(_train, self.compiler_options)(
-            self, key, throw
-        )
+        traced = isinstance(key, jax.core.Tracer)
+        if mesh is not None and not traced:
+            # The initial state is built on one device, then spread over the
+            # mesh: built on every device at once, the orthogonal initializations'
+            # LAPACK calls can deadlock XLA's CPU thread pool.
+            self.check_mesh(mesh)
+            state = jit_with_options(_init, self.compiler_options)(self, key)
+            state = _place(state, self.state_shardings(state, mesh), jax.device_put)
+            state, metrics = jit_with_options(_train_from, self.compiler_options)(
+                self, state, throw, mesh
+            )
+        else:
+            state, metrics = jit_with_options(_train, self.compiler_options)(
+                self, key, throw, mesh
+            )
         traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(metrics))
         if not traced:
             check_entropy_collapse(metrics)
         return state, metrics
 
-    def lower(self, key: PRNGKeyArray, *, throw: bool = True) -> Any:
+    def lower(
+        self, key: PRNGKeyArray, *, throw: bool = True, mesh: Mesh | None = None
+    ) -> Any:
         """`train` traced and lowered ahead of time, with `compiler_options`: JAX's
         `Lowered`, whose `.compile()` gives the compiled run, called as
-        `compiled(algorithm, key, throw)`. For timing compilation apart from running
-        (benchmarks), or checking the compiled program (`.as_text()`).
+        `compiled(algorithm, key, throw)` (`compiled(algorithm, key, throw, mesh)`
+        with a mesh). For timing compilation apart from running (benchmarks) or
+        checking the compiled program (`.as_text()`).
         """
         train = jit_with_options(_train, self.compiler_options)
-        return train.lower(self, key, throw)  # type: ignore[attr-defined]
+        if mesh is None:
+            return train.lower(self, key, throw)  # type: ignore[attr-defined]
+        self.check_mesh(mesh)
+        return train.lower(self, key, throw, mesh)  # type: ignore[attr-defined]
 
 
 def injected_learning_rate(optimizer_state: Any) -> Array:
@@ -182,9 +299,40 @@ def _error_if_diverged(name: str, state: StateT, diverged: Bool[Array, ""]) -> S
     return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
 
 
-def _train(algorithm: AbstractAlgorithm, key: PRNGKeyArray, throw: bool):
+def _constrain(leaf: Array, sharding: NamedSharding) -> Array:
+    return jax.lax.with_sharding_constraint(leaf, sharding)
+
+
+def _place(state: Any, shardings: PyTree, put: Callable) -> Any:
+    """`put(leaf, sharding)` for every array leaf that has a sharding."""
+    return jax.tree.map(
+        lambda leaf, sharding: leaf if sharding is None else put(leaf, sharding),
+        state,
+        shardings,
+        is_leaf=lambda x: x is None,
+    )
+
+
+def _init(algorithm: AbstractAlgorithm, key: PRNGKeyArray) -> Any:
+    return algorithm.init(key)
+
+
+def _train_from(
+    algorithm: AbstractAlgorithm, state: Any, throw: bool, mesh: Mesh
+) -> tuple[Any, dict[str, Array]]:
     return algorithm.train_iterations(
-        algorithm.init(key), algorithm.num_iterations, throw=throw
+        state, algorithm.num_iterations, throw=throw, mesh=mesh
+    )
+
+
+def _train(
+    algorithm: AbstractAlgorithm,
+    key: PRNGKeyArray,
+    throw: bool,
+    mesh: Mesh | None = None,
+):
+    return algorithm.train_iterations(
+        algorithm.init(key), algorithm.num_iterations, throw=throw, mesh=mesh
     )
 
 

@@ -378,6 +378,14 @@ class PPO(AbstractAlgorithm[PPOState]):
             discounted_returns=discounted_returns,
         )
 
+    def environment_axes(self, state: PPOState) -> PyTree[int]:
+        """Environments come first in the environment states, the timesteps and
+        the running discounted returns of reward normalization."""
+        axes = super().environment_axes(state)
+        if state.discounted_returns is None:
+            return axes
+        return eqx.tree_at(lambda tree: tree.discounted_returns, axes, 0)
+
     def policy(self, state: PPOState, deterministic: bool = False) -> ActorCriticPolicy:
         model = self.acting_model(state.model, state.observation_statistics)
         return ActorCriticPolicy(model, deterministic)

@@ -392,6 +392,16 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             num_updates=jnp.int32(0),
         )
 
+    def environment_axes(self, state: QLearningState) -> PyTree[int]:
+        """Environments come first in the environment states and timesteps, and
+        second in the replay buffer's `[capacity, num_envs, ...]` rows."""
+        axes = super().environment_axes(state)
+        return eqx.tree_at(
+            lambda tree: tree.buffer.transitions,
+            axes,
+            jax.tree.map(lambda _: 1, state.buffer.transitions),
+        )
+
     def diverged(
         self, state: QLearningState, metrics: dict[str, Array]
     ) -> Bool[Array, ""]:
