@@ -37,9 +37,11 @@ from .algorithms import (  # noqa: E402
     DQN as DQN,
     IQN as IQN,
     PPO as PPO,
+    SAC as SAC,
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
+    SACState as SACState,
     TrainResult as TrainResult,
     train as train,
 )

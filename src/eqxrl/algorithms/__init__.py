@@ -25,4 +25,5 @@ from ._registry import (
     register_algorithm as register_algorithm,
 )
 from ._returns import compute_gae as compute_gae
+from ._sac import SAC as SAC, SACState as SACState
 from ._train import TrainResult as TrainResult, train as train

@@ -238,8 +238,7 @@ def _compare(name: str, what: str, from_reset: Any, from_step: Any) -> None:
         )
     for (path, a), (_, b) in zip(reset_leaves, step_leaves):
         if (a is None) != (b is None) or (
-            a is not None
-            and (tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype)
+            a is not None and (tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype)
         ):
             where = what + jtu.keystr(path)
             raise ValueError(

@@ -29,6 +29,11 @@ from ._q_networks import (
     epsilon_greedy_action as epsilon_greedy_action,
     greedy_action as greedy_action,
 )
+from ._sac_networks import (
+    MLPTanhGaussianActor as MLPTanhGaussianActor,
+    MLPTwinCritic as MLPTwinCritic,
+    TanhGaussianPolicy as TanhGaussianPolicy,
+)
 from ._transformer import (
     GridTransformerActorCritic as GridTransformerActorCritic,
     TransformerBlock as TransformerBlock,
