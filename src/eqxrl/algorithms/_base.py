@@ -170,7 +170,7 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         )
 
         def sharding(leaf: Any, axis: int | None) -> NamedSharding | None:
-            if not eqx.is_array(leaf) or axis is None:
+            if not eqx.is_array(leaf):
                 return None
             if axis < 0:
                 return NamedSharding(mesh, PartitionSpec())
@@ -261,7 +261,10 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         `Lowered`, whose `.compile()` gives the compiled run, called as
         `compiled(algorithm, key, throw)` (`compiled(algorithm, key, throw, mesh)`
         with a mesh). For timing compilation apart from running (benchmarks) or
-        checking the compiled program (`.as_text()`).
+        checking the compiled program (`.as_text()`). With a mesh, it is the run
+        as one program, initialization included, as `train` compiles it under a
+        transformation; called directly, `train` builds the initial state on one
+        device first.
         """
         train = jit_with_options(_train, self.compiler_options)
         if mesh is None:
@@ -297,6 +300,16 @@ def _error_if_diverged(name: str, state: StateT, diverged: Bool[Array, ""]) -> S
         "runs in the metrics.",
     )
     return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
+
+
+def with_replay_environment_axes(axes: Any, state: Any) -> Any:
+    """`axes` with environments second in `state.buffer.transitions`: the replay
+    buffer's `[capacity, num_envs, ...]` rows (DQN, IQN, SAC)."""
+    return eqx.tree_at(
+        lambda tree: tree.buffer.transitions,
+        axes,
+        jax.tree.map(lambda _: 1, state.buffer.transitions),
+    )
 
 
 def _constrain(leaf: Array, sharding: NamedSharding) -> Array:

@@ -48,6 +48,20 @@ from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
 
+def _key_tuple(name: str, keys: Any) -> tuple[str, ...] | None:
+    """`actor_keys` / `critic_keys` as a tuple of names; a lone string or an empty
+    sequence is refused (`tuple("state")` would read it as five keys)."""
+    if keys is None:
+        return None
+    if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+        raise TypeError(
+            f"PPO: {name} must be a tuple of key names, e.g. ('state',); got {keys!r}."
+        )
+    if not keys:
+        raise ValueError(f"PPO: {name} is empty; give at least one key, or None.")
+    return tuple(keys)
+
+
 class PPOState(eqx.Module):
     """Everything a PPO run carries from one iteration to the next.
 
@@ -190,10 +204,10 @@ class PPO(AbstractAlgorithm[PPOState]):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
     actor_keys: tuple[str, ...] | None = eqx.field(
-        static=True, default=None, converter=lambda k: None if k is None else tuple(k)
+        static=True, default=None, converter=lambda k: _key_tuple("actor_keys", k)
     )
     critic_keys: tuple[str, ...] | None = eqx.field(
-        static=True, default=None, converter=lambda k: None if k is None else tuple(k)
+        static=True, default=None, converter=lambda k: _key_tuple("critic_keys", k)
     )
     observation_storage_dtype: jnp.dtype | None = eqx.field(
         static=True,
@@ -248,9 +262,14 @@ class PPO(AbstractAlgorithm[PPOState]):
                     "PPO: actor_keys / critic_keys select keys of a Dict observation, "
                     f"but the observation space is {type(space).__name__}."
                 )
-            for keys in (self.actor_keys, self.critic_keys):
-                if keys is not None:
-                    space.subset(keys)  # a KeyError naming the keys there are
+            for name in ("actor_keys", "critic_keys"):
+                keys = getattr(self, name)
+                missing = [k for k in keys or () if k not in space.keys()]
+                if missing:
+                    raise ValueError(
+                        f"PPO: {name}={keys} names {missing}, which the observation "
+                        f"does not have; its keys are {space.keys()}."
+                    )
         check_actor_critic("PPO", self.env, self.make_network, self.network_factory)
 
     @property
@@ -399,11 +418,17 @@ class PPO(AbstractAlgorithm[PPOState]):
         return action, log_prob, value
 
     def _store_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
-        """The observation as the rollout stores it (`observation_storage_dtype`)."""
+        """The observation as the rollout stores it (`observation_storage_dtype`):
+        float leaves cast, integer (`Discrete`) leaves kept, since a state index
+        cast to `uint8` would wrap past 255."""
         if self.observation_storage_dtype is None:
             return observation
         dtype = self.observation_storage_dtype
-        return jtu.tree_map(lambda x: x.astype(dtype), observation)
+
+        def store(x: Array) -> Array:
+            return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+        return jtu.tree_map(store, observation)
 
     def _restore_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
         """Stored observations (any batch shape) cast back to the dtypes the

@@ -34,7 +34,11 @@ from ..nn import (
     ObservationEncoder,
     epsilon_greedy_action,
 )
-from ._base import AbstractAlgorithm, injected_learning_rate
+from ._base import (
+    AbstractAlgorithm,
+    injected_learning_rate,
+    with_replay_environment_axes,
+)
 from ._checks import check_q_network
 from ._metrics import ended_episode_metrics
 
@@ -395,12 +399,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     def environment_axes(self, state: QLearningState) -> PyTree[int]:
         """Environments come first in the environment states and timesteps, and
         second in the replay buffer's `[capacity, num_envs, ...]` rows."""
-        axes = super().environment_axes(state)
-        return eqx.tree_at(
-            lambda tree: tree.buffer.transitions,
-            axes,
-            jax.tree.map(lambda _: 1, state.buffer.transitions),
-        )
+        return with_replay_environment_axes(super().environment_axes(state), state)
 
     def diverged(
         self, state: QLearningState, metrics: dict[str, Array]

@@ -25,7 +25,7 @@ from ..envs import (
 )
 from ..nn import MLPTanhGaussianActor, MLPTwinCritic, TanhGaussianPolicy
 from ..nn._sac_networks import to_bounds
-from ._base import AbstractAlgorithm
+from ._base import AbstractAlgorithm, with_replay_environment_axes
 from ._metrics import ended_episode_metrics
 from ._q_learning import _scan
 
@@ -396,12 +396,7 @@ class SAC(AbstractAlgorithm[SACState]):
     def environment_axes(self, state: SACState) -> PyTree[int]:
         """Environments come first in the environment states and timesteps, and
         second in the replay buffer's `[capacity, num_envs, ...]` rows."""
-        axes = super().environment_axes(state)
-        return eqx.tree_at(
-            lambda tree: tree.buffer.transitions,
-            axes,
-            jax.tree.map(lambda _: 1, state.buffer.transitions),
-        )
+        return with_replay_environment_axes(super().environment_axes(state), state)
 
     def policy(
         self, state: SACState, deterministic: bool = False

@@ -309,10 +309,13 @@ class ToBrax:
 
     @property
     def unwrapped(self) -> "ToBrax":
+        """This environment (Brax's wrappers reach the innermost one through it)."""
         return self
 
     @property
     def backend(self) -> str:
+        """`"eqxrl"`: the physics is the eqxrl environment's own, not a Brax
+        pipeline."""
         return "eqxrl"
 
     @property

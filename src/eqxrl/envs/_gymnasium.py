@@ -79,12 +79,6 @@ class _HostEnvironments:
         action_space = self.scratch.action_space
         self.observation_space = _convert_space(observation_space, "observation")
         self.action_space = _convert_space(action_space, "action")
-        if not is_leaf_space(self.action_space):
-            raise ValueError(
-                "from_gymnasium: the action space is a "
-                f"{type(action_space).__name__}; eqxrl converts only Discrete and "
-                "Box action spaces."
-            )
         # Plain NumPy metadata: the hot loop must not touch JAX objects.
         self.observation_leaves = _host_leaves(observation_space)
         self.observation_size = sum(leaf.size for leaf in self.observation_leaves)
@@ -102,8 +96,6 @@ class _HostEnvironments:
     def observation(self, observation):
         """A host observation as the flat int32 row the callbacks return: every
         leaf cast to its 4-byte dtype, flattened and bit-cast, in leaf order."""
-        if len(self.observation_leaves) == 1:
-            return self.observation_leaves[0].row(observation)
         rows = [leaf.row(leaf.find(observation)) for leaf in self.observation_leaves]
         return np.concatenate(rows)
 

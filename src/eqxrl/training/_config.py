@@ -118,6 +118,12 @@ class ConfigField(eqx.Module):
         elif self.kind in ("int_tuple", "float_tuple", "str_tuple"):
             if not isinstance(value, list | tuple):
                 raise ValueError(f"{where}: expected a list, got {value!r}.")
+            if self.kind == "str_tuple":
+                if not all(isinstance(v, str) for v in value):
+                    raise ValueError(
+                        f"{where}: expected a list of names, got {value!r}."
+                    )
+                return tuple(value)
             return self.parse(",".join(str(v) for v in value))
         elif self.kind in ("str", "environment") and not isinstance(value, str):
             raise ValueError(f"{where}: expected a string, got {value!r}.")
