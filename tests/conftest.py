@@ -12,6 +12,13 @@ os.environ.pop("EQXRL_TYPECHECK", None)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+def pytest_collection_modifyitems(items):
+    """Slow tests (learning runs) first: with `pytest -n 2`, a long test that
+    starts last keeps one worker busy while the other idles, so the suite's wall
+    time is best when the short tests come at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def strict_dtype_promotion(request):
     """Strict dtype promotion, except in modules that run optax's Adam: its bias
