@@ -264,8 +264,22 @@ def test_value_based_buffer_sizes_are_checked(algorithm):
     env = eqxrl.envs.make("CartPole-v1")
     with pytest.raises(ValueError, match="batch_size=256 is larger than buffer_size"):
         algorithm(env=env, buffer_size=200, batch_size=256, learning_starts=100)
-    with pytest.raises(ValueError, match="smaller than learning_starts=5000"):
+    with pytest.raises(ValueError, match="fewer than learning_starts=5000"):
         algorithm(env=env, buffer_size=2_000, learning_starts=5_000)
+    # 100 // 3 rows of 3 environments keep 99 transitions, one short of 100.
+    with pytest.raises(ValueError, match="holds 99 transitions"):
+        algorithm(
+            env=env, num_envs=3, buffer_size=100, batch_size=32, learning_starts=100
+        )
+    algorithm(env=env, num_envs=4, buffer_size=100, batch_size=32, learning_starts=100)
+
+
+def test_sac_buffer_rounding_is_checked():
+    env = eqxrl.envs.make("Pendulum-v1")
+    with pytest.raises(ValueError, match="holds 99 transitions"):
+        eqxrl.SAC(
+            env=env, num_envs=3, buffer_size=100, batch_size=32, learning_starts=100
+        )
 
 
 # --------------------------------------------------------------------------------------

@@ -246,12 +246,15 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 f"buffer_size={self.buffer_size}: a minibatch would repeat "
                 "transitions; raise buffer_size or lower batch_size."
             )
-        if self.buffer_size < self.learning_starts:
+        # The buffer keeps whole rows of num_envs steps: buffer_size rounded down.
+        stored = self.buffer_size // self.num_envs * self.num_envs
+        if stored < self.learning_starts:
             raise ValueError(
-                f"{name}: buffer_size={self.buffer_size} is smaller than "
-                f"learning_starts={self.learning_starts}: the buffer would drop "
-                "transitions before the first update; raise buffer_size to at least "
-                "learning_starts or lower learning_starts."
+                f"{name}: the buffer holds {stored} transitions "
+                f"(buffer_size={self.buffer_size} rounded down to whole rows of "
+                f"num_envs={self.num_envs}), fewer than "
+                f"learning_starts={self.learning_starts}: it would drop transitions "
+                "before the first update; raise buffer_size or lower learning_starts."
             )
         for env in unwrap(self.env):
             if isinstance(env, AutoReset):

@@ -240,12 +240,15 @@ class SAC(AbstractAlgorithm[SACState]):
                 f"buffer_size={self.buffer_size}: a minibatch would repeat "
                 "transitions; raise buffer_size or lower batch_size."
             )
-        if self.buffer_size < self.learning_starts:
+        # The buffer keeps whole rows of num_envs steps: buffer_size rounded down.
+        stored = self.buffer_size // self.num_envs * self.num_envs
+        if stored < self.learning_starts:
             raise ValueError(
-                f"SAC: buffer_size={self.buffer_size} is smaller than "
-                f"learning_starts={self.learning_starts}: the buffer would drop "
-                "transitions before the first update; raise buffer_size to at least "
-                "learning_starts or lower learning_starts."
+                f"SAC: the buffer holds {stored} transitions "
+                f"(buffer_size={self.buffer_size} rounded down to whole rows of "
+                f"num_envs={self.num_envs}), fewer than "
+                f"learning_starts={self.learning_starts}: it would drop transitions "
+                "before the first update; raise buffer_size or lower learning_starts."
             )
         if (
             self.autotune_alpha
