@@ -40,6 +40,16 @@ def filter_scan(
     return eqx.combine(final_dynamic, static), outputs
 
 
+def scan_or_step(body: Callable, init: Any, xs: Any) -> tuple[Any, Any]:
+    """`filter_scan`, or for a single step the body itself (with outputs given the
+    leading length-1 axis a scan would add): XLA keeps even a one-trip loop."""
+    length = jax.tree.leaves(xs)[0].shape[0]
+    if length != 1:
+        return filter_scan(body, init, xs)
+    carry, output = body(init, jax.tree.map(lambda x: x[0], xs))
+    return carry, jax.tree.map(lambda x: x[None], output)
+
+
 @jax.custom_batching.custom_vmap
 def any_in_vmapped_batch(flag: Bool[Array, ""]) -> Bool[Array, ""]:
     """`flag` itself; under `vmap`, whether it holds for any member of the batch, as

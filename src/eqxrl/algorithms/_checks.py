@@ -11,7 +11,14 @@ import jax.random as jr
 from jaxtyping import PRNGKeyArray
 
 from ..distributions import AbstractActionDistribution, MaskedCategorical
-from ..envs import AbstractEnvironment, Box, Discrete, check_environment, unwrap
+from ..envs import (
+    AbstractEnvironment,
+    AutoReset,
+    Box,
+    Discrete,
+    check_environment,
+    unwrap,
+)
 from ..nn import AbstractActorCritic, AbstractQNetwork, AbstractQuantileNetwork
 
 
@@ -173,3 +180,14 @@ def samples_only_valid_actions(model: Any, env: AbstractEnvironment) -> bool:
         return True
     distribution, _ = _outputs_on_an_example(model, env)
     return isinstance(distribution, MaskedCategorical)
+
+
+def refuse_auto_reset(name: str, env: AbstractEnvironment) -> None:
+    """A `ValueError` if `env` is already wrapped in `AutoReset`: the algorithms
+    add `AutoReset` (and `EpisodeStatistics`) themselves."""
+    for part in unwrap(env):
+        if isinstance(part, AutoReset):
+            raise ValueError(
+                f"{name}: pass the environment without AutoReset; {name} adds "
+                "AutoReset and EpisodeStatistics itself."
+            )

@@ -26,7 +26,6 @@ from ..envs import (
     EpisodeStatistics,
     TimeStep,
     skip_action_checks,
-    unwrap,
 )
 from ..nn import (
     AbstractActorCritic,
@@ -37,13 +36,15 @@ from ..nn import (
     NormalizedActorCritic,
     RunningMeanStd,
     batch_size_hint,
-)
-from ..nn._normalization import (
-    observation_statistics as empty_observation_statistics,
+    empty_observation_statistics,
     update_observation_statistics,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
-from ._checks import check_actor_critic, samples_only_valid_actions
+from ._checks import (
+    check_actor_critic,
+    refuse_auto_reset,
+    samples_only_valid_actions,
+)
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
 
@@ -237,12 +238,7 @@ class PPO(AbstractAlgorithm[PPOState]):
             raise ValueError(
                 f"PPO: hidden_sizes={self.hidden_sizes} must be positive integers."
             )
-        for env in unwrap(self.env):
-            if isinstance(env, AutoReset):
-                raise ValueError(
-                    "PPO: pass the environment without AutoReset; PPO adds "
-                    "AutoReset and EpisodeStatistics itself."
-                )
+        refuse_auto_reset("PPO", self.env)
         if self.network_factory is None and not isinstance(
             self.env.action_space, Discrete | Box
         ):

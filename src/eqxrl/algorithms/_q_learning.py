@@ -13,7 +13,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import in_range
-from .._filters import filter_scan
+from .._filters import scan_or_step
 from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
@@ -26,7 +26,6 @@ from ..envs import (
     EpisodeStatistics,
     TimeStep,
     skip_action_checks,
-    unwrap,
 )
 from ..nn import (
     AbstractQNetwork,
@@ -39,8 +38,13 @@ from ._base import (
     injected_learning_rate,
     with_replay_environment_axes,
 )
-from ._checks import check_q_network
+from ._checks import check_q_network, refuse_auto_reset
 from ._metrics import ended_episode_metrics
+from ._off_policy import (
+    check_replay_schedule,
+    episode_step_statistics,
+    polyak_update,
+)
 
 
 class QLearningState(eqx.Module):
@@ -200,68 +204,26 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
 
     def __check_init__(self):
         name = type(self).__name__
-        for field in (
-            "num_envs",
-            "total_timesteps",
-            "buffer_size",
-            "train_frequency",
-            "gradient_steps",
-            "batch_size",
-            "n_step",
-            "target_update_interval",
-        ):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: {field}={value!r} must be a positive int.")
-        if not isinstance(self.learning_starts, int) or self.learning_starts < 0:
-            raise ValueError(
-                f"{name}: learning_starts={self.learning_starts!r} must be an int >= 0."
-            )
-        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
-            raise ValueError(
-                f"{name}: hidden_sizes={self.hidden_sizes} must be positive integers."
-            )
-        if self.total_timesteps < self.steps_per_iteration:
-            raise ValueError(
-                f"{name}: total_timesteps={self.total_timesteps} is less than one "
-                f"iteration (num_envs * train_frequency = {self.steps_per_iteration});"
-                " raise total_timesteps or lower num_envs / train_frequency."
-            )
-        last_collected = self.num_iterations * self.steps_per_iteration
-        if self.learning_starts > last_collected:
-            raise ValueError(
-                f"{name}: learning_starts={self.learning_starts} exceeds the "
-                f"{last_collected} environment steps of the run, so it would never "
-                "update; lower learning_starts or raise total_timesteps."
-            )
-        if self.buffer_size < self.num_envs * max(self.n_step, 2):
-            raise ValueError(
-                f"{name}: buffer_size={self.buffer_size} must hold at least "
-                f"num_envs * max(n_step, 2) = {self.num_envs * max(self.n_step, 2)} "
-                "transitions."
-            )
-        if self.batch_size > self.buffer_size:
-            raise ValueError(
-                f"{name}: batch_size={self.batch_size} is larger than "
-                f"buffer_size={self.buffer_size}: a minibatch would repeat "
-                "transitions; raise buffer_size or lower batch_size."
-            )
-        # The buffer keeps whole rows of num_envs steps: buffer_size rounded down.
-        stored = self.buffer_size // self.num_envs * self.num_envs
-        if stored < self.learning_starts:
-            raise ValueError(
-                f"{name}: the buffer holds {stored} transitions "
-                f"(buffer_size={self.buffer_size} rounded down to whole rows of "
-                f"num_envs={self.num_envs}), fewer than "
-                f"learning_starts={self.learning_starts}: it would drop transitions "
-                "before the first update; raise buffer_size or lower learning_starts."
-            )
-        for env in unwrap(self.env):
-            if isinstance(env, AutoReset):
-                raise ValueError(
-                    f"{name}: pass the environment without AutoReset; {name} adds "
-                    "AutoReset and EpisodeStatistics itself."
-                )
+        check_replay_schedule(
+            name,
+            self,
+            positive_fields=(
+                "num_envs",
+                "total_timesteps",
+                "buffer_size",
+                "train_frequency",
+                "gradient_steps",
+                "batch_size",
+                "n_step",
+                "target_update_interval",
+            ),
+            min_buffer_size=self.num_envs * max(self.n_step, 2),
+            min_buffer_text=(
+                "num_envs * max(n_step, 2) = "
+                f"{self.num_envs * max(self.n_step, 2)} transitions"
+            ),
+        )
+        refuse_auto_reset(name, self.env)
         if not isinstance(self.env.action_space, Discrete):
             raise ValueError(
                 f"{name}: needs a Discrete action space, got "
@@ -468,11 +430,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             epsilon = self.epsilon(first_step + index * self.num_envs)
             action = act(state.network, epsilon, timestep, value_keys, uniforms)
             env_state, next_timestep = step_environments(env_state, action, step_keys)
-            statistics = {
-                "done": next_timestep.terminated | next_timestep.truncated,
-                "episode_return": next_timestep.extras["episode_return"],
-                "episode_length": next_timestep.extras["episode_length"],
-            }
+            statistics = episode_step_statistics(next_timestep)
             if timestep.action_mask is not None:
                 valid = jnp.take_along_axis(
                     timestep.action_mask, action[:, None], axis=1
@@ -482,7 +440,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             return (env_state, next_timestep, buffer), statistics
 
         with skip_action_checks():
-            (env_state, timestep, buffer), statistics = _scan(
+            (env_state, timestep, buffer), statistics = scan_or_step(
                 step,
                 (state.env_state, state.timestep, state.buffer),
                 (
@@ -509,11 +467,6 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         optimizer = self.make_optimizer()
         grad_fn = eqx.filter_value_and_grad(self.loss, has_aux=True)
 
-        def soft_update(online: PyTree, target: PyTree) -> PyTree:
-            return jtu.tree_map(
-                lambda o, t: self.tau * o + (1.0 - self.tau) * t, online, target
-            )
-
         def gather(index: Int[Array, " batch_size"]) -> ReplaySample:
             return buffer.gather(index, n_step=self.n_step, gamma=self.gamma)
 
@@ -529,15 +482,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             network = eqx.apply_updates(network, updates)
             online, static = eqx.partition(network, eqx.is_array)
             target, _ = eqx.partition(target_network, eqx.is_array)
-            if self.target_update_interval == 1:
-                target = soft_update(online, target)
-            else:
-                due = (update_index + 1) % self.target_update_interval == 0
-                target = lax.cond(due, soft_update, lambda _, t: t, online, target)
+            target = polyak_update(
+                online, target, self.tau, update_index, self.target_update_interval
+            )
             target_network = eqx.combine(target, static)
             return (network, target_network, optimizer_state), statistics
 
-        (network, target_network, optimizer_state), statistics = _scan(
+        (network, target_network, optimizer_state), statistics = scan_or_step(
             gradient_step,
             (network, target_network, optimizer_state),
             (
@@ -643,13 +594,3 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             num_updates=num_updates.astype(jnp.int32),
         )
         return state, metrics
-
-
-def _scan(body, init, xs):
-    """`filter_scan`, or for a single step the body itself (with outputs given the
-    leading length-1 axis a scan would add): XLA keeps even a one-trip loop."""
-    length = jtu.tree_leaves(xs)[0].shape[0]
-    if length != 1:
-        return filter_scan(body, init, xs)
-    carry, output = body(init, jtu.tree_map(lambda x: x[0], xs))
-    return carry, jtu.tree_map(lambda x: x[None], output)

@@ -12,6 +12,7 @@ import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import in_range
+from .._filters import scan_or_step
 from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
@@ -21,13 +22,16 @@ from ..envs import (
     EpisodeStatistics,
     TimeStep,
     check_environment,
-    unwrap,
 )
 from ..nn import MLPTanhGaussianActor, MLPTwinCritic, TanhGaussianPolicy
-from ..nn._sac_networks import to_bounds
 from ._base import AbstractAlgorithm, with_replay_environment_axes
+from ._checks import refuse_auto_reset
 from ._metrics import ended_episode_metrics
-from ._q_learning import _scan
+from ._off_policy import (
+    check_replay_schedule,
+    episode_step_statistics,
+    polyak_update,
+)
 
 
 class SACState(eqx.Module):
@@ -196,60 +200,21 @@ class SAC(AbstractAlgorithm[SACState]):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
 
     def __check_init__(self):
-        for field in (
-            "num_envs",
-            "total_timesteps",
-            "buffer_size",
-            "train_frequency",
-            "gradient_steps",
-            "batch_size",
-            "target_update_interval",
-        ):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SAC: {field}={value!r} must be a positive int.")
-        if not isinstance(self.learning_starts, int) or self.learning_starts < 0:
-            raise ValueError(
-                f"SAC: learning_starts={self.learning_starts!r} must be an int >= 0."
-            )
-        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
-            raise ValueError(
-                f"SAC: hidden_sizes={self.hidden_sizes} must be positive integers."
-            )
-        if self.total_timesteps < self.steps_per_iteration:
-            raise ValueError(
-                f"SAC: total_timesteps={self.total_timesteps} is less than one "
-                f"iteration (num_envs * train_frequency = {self.steps_per_iteration});"
-                " raise total_timesteps or lower num_envs / train_frequency."
-            )
-        last_collected = self.num_iterations * self.steps_per_iteration
-        if self.learning_starts > last_collected:
-            raise ValueError(
-                f"SAC: learning_starts={self.learning_starts} exceeds the "
-                f"{last_collected} environment steps of the run, so it would never "
-                "update; lower learning_starts or raise total_timesteps."
-            )
-        if self.buffer_size < self.num_envs:
-            raise ValueError(
-                f"SAC: buffer_size={self.buffer_size} must hold at least one step of "
-                f"every environment (num_envs={self.num_envs})."
-            )
-        if self.batch_size > self.buffer_size:
-            raise ValueError(
-                f"SAC: batch_size={self.batch_size} is larger than "
-                f"buffer_size={self.buffer_size}: a minibatch would repeat "
-                "transitions; raise buffer_size or lower batch_size."
-            )
-        # The buffer keeps whole rows of num_envs steps: buffer_size rounded down.
-        stored = self.buffer_size // self.num_envs * self.num_envs
-        if stored < self.learning_starts:
-            raise ValueError(
-                f"SAC: the buffer holds {stored} transitions "
-                f"(buffer_size={self.buffer_size} rounded down to whole rows of "
-                f"num_envs={self.num_envs}), fewer than "
-                f"learning_starts={self.learning_starts}: it would drop transitions "
-                "before the first update; raise buffer_size or lower learning_starts."
-            )
+        check_replay_schedule(
+            "SAC",
+            self,
+            positive_fields=(
+                "num_envs",
+                "total_timesteps",
+                "buffer_size",
+                "train_frequency",
+                "gradient_steps",
+                "batch_size",
+                "target_update_interval",
+            ),
+            min_buffer_size=self.num_envs,
+            min_buffer_text=f"one step of every environment (num_envs={self.num_envs})",
+        )
         if (
             self.autotune_alpha
             and not isinstance(self.alpha, jax.core.Tracer)
@@ -260,12 +225,7 @@ class SAC(AbstractAlgorithm[SACState]):
                 "log(alpha)); give a positive initial alpha, or autotune_alpha=False "
                 "for no entropy bonus."
             )
-        for env in unwrap(self.env):
-            if isinstance(env, AutoReset):
-                raise ValueError(
-                    "SAC: pass the environment without AutoReset; SAC adds AutoReset "
-                    "and EpisodeStatistics itself."
-                )
+        refuse_auto_reset("SAC", self.env)
         space = self.env.action_space
         if not isinstance(space, Box):
             raise ValueError(
@@ -503,8 +463,7 @@ class SAC(AbstractAlgorithm[SACState]):
             )[0],
             in_axes=(None, 0, 0),
         )
-        space = self.env.action_space
-        rescale = jax.vmap(to_bounds, in_axes=(0, None, None))
+        rescale = jax.vmap(self.policy(state).to_bounds)
         transition = jax.vmap(self._transition)
         step_environments = jax.vmap(self.training_env.step)
         first_step = state.iteration * self.steps_per_iteration
@@ -517,17 +476,13 @@ class SAC(AbstractAlgorithm[SACState]):
             sampled = sample(state.actor, timestep.observation, noise)
             action = jnp.where(warming_up, 2.0 * uniform - 1.0, sampled)
             env_state, next_timestep = step_environments(
-                env_state, rescale(action, space.low, space.high), step_keys
+                env_state, rescale(action), step_keys
             )
-            statistics = {
-                "done": next_timestep.terminated | next_timestep.truncated,
-                "episode_return": next_timestep.extras["episode_return"],
-                "episode_length": next_timestep.extras["episode_length"],
-            }
+            statistics = episode_step_statistics(next_timestep)
             buffer = buffer.add(transition(timestep, action, next_timestep))
             return (env_state, next_timestep, buffer), statistics
 
-        (env_state, timestep, buffer), statistics = _scan(
+        (env_state, timestep, buffer), statistics = scan_or_step(
             step,
             (state.env_state, state.timestep, state.buffer),
             (
@@ -581,19 +536,14 @@ class SAC(AbstractAlgorithm[SACState]):
                 log_alpha, alpha_grad, learner.alpha_optimizer_state
             )
 
-        def soft_update(online: PyTree, target: PyTree) -> PyTree:
-            return jtu.tree_map(
-                lambda o, t: self.tau * o + (1.0 - self.tau) * t, online, target
-            )
-
         target_params, _ = eqx.partition(learner.target_critic, eqx.is_array)
-        if self.target_update_interval == 1:
-            target_params = soft_update(critic_params, target_params)
-        else:
-            due = (update_index + 1) % self.target_update_interval == 0
-            target_params = lax.cond(
-                due, soft_update, lambda _, t: t, critic_params, target_params
-            )
+        target_params = polyak_update(
+            critic_params,
+            target_params,
+            self.tau,
+            update_index,
+            self.target_update_interval,
+        )
         learner = _Learner(
             actor=eqx.combine(actor_params, actor_static),
             critic=critic,
@@ -627,7 +577,7 @@ class SAC(AbstractAlgorithm[SACState]):
         def gradient_step(learner, inputs):
             return self._gradient_step(learner, *inputs)
 
-        learner, statistics = _scan(
+        learner, statistics = scan_or_step(
             gradient_step,
             learner,
             (

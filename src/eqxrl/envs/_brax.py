@@ -13,14 +13,13 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
-import jax.tree_util as jtu
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, PyTree
 
 from ._checks import skip_action_checks
 from ._environment import AbstractEnvironment, unwrap
+from ._interop import is_typed_key, legacy_key, strongly_typed
 from ._spaces import AbstractSpace, Box, Dict, Discrete, Tuple, is_leaf_space
 from ._types import TimeStep
 from ._wrappers import AutoReset, TimeLimit
@@ -36,33 +35,9 @@ def _import_brax_envs() -> Any:
     return envs
 
 
-def _is_typed_key(key: Array) -> bool:
-    return jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-
-
-def _raw_key(key: PRNGKeyArray) -> Array:
-    """A key as Brax and MuJoCo Playground take it: `jax.random.PRNGKey`'s uint32
-    words."""
-    return jr.key_data(key) if _is_typed_key(key) else key
-
-
 def _typed_key(key: PRNGKeyArray) -> PRNGKeyArray:
     """A key as eqxrl takes it: a typed key (Brax hands out uint32 words)."""
-    return key if _is_typed_key(key) else jr.wrap_key_data(key)
-
-
-def _strong(tree: PyTree) -> PyTree:
-    """Every leaf as a strongly typed JAX array (a Brax `step` that sets `reward=1.0`
-    returns a Python float where `reset` returned a float32 array), so `reset` and
-    `step` return identical types and can be carried through a scan."""
-
-    def leaf(x: Any) -> Array:
-        x = jnp.asarray(x)
-        if _is_typed_key(x):
-            return x
-        return lax.convert_element_type(x, x.dtype)
-
-    return jtu.tree_map(leaf, tree)
+    return key if is_typed_key(key) else jr.wrap_key_data(key)
 
 
 def _as_float32(observation: PyTree) -> PyTree:
@@ -163,7 +138,7 @@ class FromBrax(AbstractEnvironment[PyTree]):
         return self._action_space
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
-        state = _strong(self.brax_env.reset(_raw_key(key)))
+        state = strongly_typed(self.brax_env.reset(legacy_key(key)))
         timestep = TimeStep(
             observation=_as_float32(state.obs),
             reward=jnp.float32(0.0),
@@ -180,7 +155,7 @@ class FromBrax(AbstractEnvironment[PyTree]):
     ) -> tuple[PyTree, TimeStep]:
         del key  # a Brax step takes its randomness from the state
         action = jnp.clip(jnp.asarray(action, jnp.float32), -1.0, 1.0)
-        state = _strong(self.brax_env.step(state, action))
+        state = strongly_typed(self.brax_env.step(state, action))
         done = jnp.reshape(state.done, ()).astype(jnp.bool_)
         truncation = state.info.get("truncation", jnp.float32(0.0))
         truncation = jnp.reshape(truncation, ()).astype(jnp.bool_)
@@ -342,7 +317,7 @@ class ToBrax:
     def _state(self, state: Any, env_state: PyTree, timestep: TimeStep, key, info):
         info = dict(info)
         info.update(
-            rng=_raw_key(key),
+            rng=legacy_key(key),
             truncation=(timestep.truncated & ~timestep.terminated).astype(jnp.float32),
             extras=dict(timestep.extras),
         )

@@ -10,16 +10,13 @@ from types import ModuleType
 from typing import Any
 
 import equinox as eqx
-import jax
-import jax.lax as lax
 import jax.numpy as jnp
-import jax.random as jr
-import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Bool, PRNGKeyArray, PyTree
 
 from ._checks import check_action
 from ._environment import AbstractEnvironment
+from ._interop import legacy_key, strongly_typed
 from ._spaces import AbstractSpace, Box, Dict, Discrete
 from ._types import TimeStep
 
@@ -188,29 +185,6 @@ def _scalar(value: Any, dtype: Any) -> Array:
     return jnp.reshape(jnp.asarray(value).astype(dtype), ())
 
 
-def _strong(state: PyTree) -> PyTree:
-    """Every leaf of a Jumanji state as a strongly typed JAX array: some states hold
-    Python values (Tetris's `is_reset=True`), which `reset` and `step` must return
-    alike to be carried through a scan."""
-
-    def leaf(x: Any) -> Any:
-        if isinstance(x, jax.Array) and not getattr(x, "weak_type", False):
-            return x
-        x = jnp.asarray(x)
-        return lax.convert_element_type(x, x.dtype)
-
-    return jtu.tree_map(leaf, state)
-
-
-def _raw_key(key: PRNGKeyArray) -> PRNGKeyArray:
-    """A typed key (`jax.random.key`) as its raw uint32 data, the legacy keys
-    (`jax.random.PRNGKey`) Jumanji's code is written for: states that store a key
-    then hold plain uint32 arrays, which checkpoints and shape checks handle."""
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return jr.key_data(key)
-    return key
-
-
 class FromJumanji(AbstractEnvironment[PyTree]):
     """A [Jumanji](https://github.com/instadeepai/jumanji) environment as an eqxrl
     environment; build it with [`from_jumanji`][eqxrl.envs.from_jumanji].
@@ -353,8 +327,8 @@ class FromJumanji(AbstractEnvironment[PyTree]):
         )
 
     def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
-        state, jumanji_timestep = self.jumanji_env.reset(_raw_key(key))
-        return _strong(state), self._timestep(jumanji_timestep, first=True)
+        state, jumanji_timestep = self.jumanji_env.reset(legacy_key(key))
+        return strongly_typed(state), self._timestep(jumanji_timestep, first=True)
 
     def step(
         self, state: PyTree, action: Array, key: PRNGKeyArray
@@ -369,7 +343,7 @@ class FromJumanji(AbstractEnvironment[PyTree]):
             action = jnp.reshape(jnp.stack(components), spec.shape)
         action = jnp.asarray(action).astype(spec.dtype)
         state, jumanji_timestep = self.jumanji_env.step(state, action)
-        return _strong(state), self._timestep(jumanji_timestep, first=False)
+        return strongly_typed(state), self._timestep(jumanji_timestep, first=False)
 
 
 def from_jumanji(env: Any, **make_kwargs: Any) -> FromJumanji:

@@ -15,6 +15,9 @@ from ._multi_input import (
 from ._normalization import (
     NormalizedActorCritic as NormalizedActorCritic,
     RunningMeanStd as RunningMeanStd,
+    empty_observation_statistics as empty_observation_statistics,
+    normalize_observation as normalize_observation,
+    update_observation_statistics as update_observation_statistics,
 )
 from ._policy import (
     AbstractPolicy as AbstractPolicy,

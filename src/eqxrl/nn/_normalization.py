@@ -64,7 +64,9 @@ def _is_statistics(node: object) -> bool:
     return node is None or isinstance(node, RunningMeanStd)
 
 
-def observation_statistics(space: AbstractSpace) -> PyTree[RunningMeanStd | None]:
+def empty_observation_statistics(
+    space: AbstractSpace,
+) -> PyTree[RunningMeanStd | None]:
     """Empty statistics for observations of `space`: a `RunningMeanStd` per `Box`
     leaf and `None` for `Discrete` leaves (which stay as they are), in the
     observation's structure; for a `Box` space, one `RunningMeanStd`."""

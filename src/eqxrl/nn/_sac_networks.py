@@ -231,15 +231,13 @@ class TanhGaussianPolicy(AbstractPolicy):
         else:
             noise = jr.normal(key, (self.actor.action_size,), jnp.float32)
             action, _ = self.actor.sample_and_log_prob(observation, noise)
-        return to_bounds(action, self.low, self.high)
+        return self.to_bounds(action)
 
-
-def to_bounds(
-    action: Float[Array, " action_size"],
-    low: Float[Array, "..."],
-    high: Float[Array, "..."],
-) -> Float[Array, "..."]:
-    """A flat action in `[-1, 1]` mapped linearly onto `[low, high]` (the action
-    space's shape), clipped there against rounding."""
-    fraction = 0.5 * (action.reshape(low.shape) + 1.0)
-    return jnp.clip(low + fraction * (high - low), low, high)
+    def to_bounds(self, action: Float[Array, " action_size"]) -> Float[Array, "..."]:
+        """A flat action in `[-1, 1]` (the actor's scale) mapped linearly onto
+        `[low, high]` (the action space's shape), clipped there against rounding:
+        what the policy does to the actor's actions, and what SAC does to the
+        actions it collects with."""
+        low, high = self.low, self.high
+        fraction = 0.5 * (action.reshape(low.shape) + 1.0)
+        return jnp.clip(low + fraction * (high - low), low, high)
