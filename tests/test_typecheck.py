@@ -36,10 +36,20 @@ def test_wrong_shaped_observation_names_argument():
 
 
 def test_wrong_shaped_reward_names_field():
-    with pytest.raises(TypeCheckError, match="parameter 'reward'"):
+    # A reward vector is one reward per agent; its agent axis must be the mask's.
+    with pytest.raises(TypeCheckError, match="parameter 'reward'|action_mask"):
         eqxrl.envs.TimeStep(
             observation=jnp.zeros(4),
             reward=jnp.zeros(3),
+            terminated=jnp.bool_(False),
+            truncated=jnp.bool_(False),
+            action_mask=jnp.ones(4, bool),
+        )
+    # More than one axis is never a reward.
+    with pytest.raises(ValueError, match=r"reward has shape \(3, 2\)"):
+        eqxrl.envs.TimeStep(
+            observation=jnp.zeros(4),
+            reward=jnp.zeros((3, 2)),
             terminated=jnp.bool_(False),
             truncated=jnp.bool_(False),
         )

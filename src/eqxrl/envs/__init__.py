@@ -17,7 +17,9 @@ from ._checks import (
 )
 from ._environment import (
     AbstractEnvironment as AbstractEnvironment,
+    AbstractMultiAgentEnvironment as AbstractMultiAgentEnvironment,
     AbstractWrapper as AbstractWrapper,
+    num_agents_of as num_agents_of,
     unwrap as unwrap,
 )
 from ._grid_maze import GridMaze as GridMaze, GridMazeState as GridMazeState
@@ -55,6 +57,10 @@ from ._spaces import (
     Discrete as Discrete,
     Tuple as Tuple,
     is_leaf_space as is_leaf_space,
+)
+from ._treasure_hunt import (
+    TreasureHunt as TreasureHunt,
+    TreasureHuntState as TreasureHuntState,
 )
 from ._types import TimeStep as TimeStep
 from ._wrappers import (

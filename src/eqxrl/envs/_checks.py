@@ -14,7 +14,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, PyTree
 
-from ._environment import AbstractEnvironment, AbstractWrapper
+from ._environment import AbstractEnvironment, AbstractWrapper, num_agents_of
 from ._spaces import AbstractSpace, Discrete
 from ._types import TimeStep
 
@@ -48,8 +48,8 @@ def skip_action_checks() -> Iterator[None]:
 
 
 def check_action(
-    space: AbstractSpace, action: Int[ArrayLike, ""], where: str
-) -> Int[ArrayLike, ""]:
+    space: AbstractSpace, action: Int[ArrayLike, "*num_agents"], where: str
+) -> Int[ArrayLike, "*num_agents"]:
     """`action`, after checking that it lies in a `Discrete` action space.
 
     The built-in environments call it at the start of `step`, so that an action such
@@ -62,7 +62,8 @@ def check_action(
     **Arguments:**
 
     - `space`: the environment's action space.
-    - `action`: the action given to `step`.
+    - `action`: the action given to `step`: a scalar, or one action per agent
+      (`[num_agents]`) in a multi-agent environment (every entry is checked).
     - `where`: the caller, for the message (e.g. `"CartPole.step"`).
 
     **Returns:**
@@ -74,9 +75,18 @@ def check_action(
     valid = f"valid actions are the integers 0 to {space.num_values - 1}"
     if not isinstance(action, jax.core.Tracer):
         value = np.asarray(action)
-        if value.size == 1 and not 0 <= value.item() < space.num_values:
+        outside = (value < 0) | (value >= space.num_values)
+        if value.size == 1 and outside.any():
             raise ValueError(
                 f"{where}: action {value.item()} is outside the action space "
+                f"Discrete({space.num_values}); {valid}."
+            )
+        if outside.any():
+            index = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise ValueError(
+                f"{where}: action {value[index].item()} (at index "
+                f"{index[0] if len(index) == 1 else index} of actions "
+                f"{value.tolist()}) is outside the action space "
                 f"Discrete({space.num_values}); {valid}."
             )
         return action
@@ -102,8 +112,12 @@ def _shape_text(leaf: Any) -> str:
     return f"{leaf.dtype}{list(leaf.shape)}"
 
 
-def _action_like(space: AbstractSpace) -> Any:
-    return eqx.filter_eval_shape(space.sample, jr.key(0))
+def _action_like(space: AbstractSpace, num_agents: int | None) -> Any:
+    if num_agents is None:
+        return eqx.filter_eval_shape(space.sample, jr.key(0))
+    return eqx.filter_eval_shape(
+        jax.vmap(space.sample), jr.split(jr.key(0), num_agents)
+    )
 
 
 def check_environment(env: AbstractEnvironment) -> None:
@@ -116,7 +130,14 @@ def check_environment(env: AbstractEnvironment) -> None:
       of the same structure, shapes and dtypes (`extras` keys included), so that
       `(state, timestep)` can be carried through `lax.scan`;
     - the observation has the shape of `observation_space`;
+    - the reward is a scalar, and `terminated` and `truncated` are scalars;
     - with a `Discrete(n)` action space, the action mask is `None` or bool `[n]`.
+
+    A multi-agent environment
+    ([`num_agents_of`][eqxrl.envs.num_agents_of] is not `None`) is stepped with one
+    action per agent, and its observation leaves, reward and action mask must have a
+    leading `num_agents` axis (the spaces describe one agent); `terminated` and
+    `truncated` stay scalars.
 
     PPO, DQN and IQN call it when they are built.
 
@@ -135,12 +156,13 @@ def check_environment(env: AbstractEnvironment) -> None:
         ```
     """
     name = describe(env)
+    num_agents = num_agents_of(env)
     key = jr.key(0)
     reset_output = eqx.filter_eval_shape(env.reset, key)
     _check_output(name, "reset", reset_output)
     reset_state, reset_timestep = reset_output
     step_output = eqx.filter_eval_shape(
-        env.step, reset_state, _action_like(env.action_space), key
+        env.step, reset_state, _action_like(env.action_space, num_agents), key
     )
     _check_output(name, "step", step_output)
     step_state, step_timestep = step_output
@@ -169,22 +191,44 @@ def check_environment(env: AbstractEnvironment) -> None:
             step_timestep.extras[extra],
         )
 
-    _check_observation_shapes(name, env.observation_space, reset_timestep.observation)
+    agents = () if num_agents is None else (num_agents,)
+    per_agent = "" if num_agents is None else f" with {num_agents} agents"
+    _check_observation_shapes(
+        name, env.observation_space, reset_timestep.observation, agents
+    )
+    for field, want in (("reward", agents), ("terminated", ()), ("truncated", ())):
+        got = getattr(reset_timestep, field)
+        if tuple(got.shape) == want:
+            continue
+        if want:
+            rule = f"a vector {list(want)}, one reward per agent"
+        elif num_agents is not None:
+            rule = "a scalar (the episode ends for every agent at once)"
+        else:
+            rule = "a scalar"
+        raise ValueError(
+            f"{name}: timestep.{field} is {_shape_text(got)} but must be {rule}."
+        )
     mask = reset_timestep.action_mask
     actions = env.action_space
     if mask is not None and isinstance(actions, Discrete):
-        if tuple(mask.shape) != (actions.num_values,) or mask.dtype != jnp.bool_:
+        want = (*agents, actions.num_values)
+        if tuple(mask.shape) != want or mask.dtype != jnp.bool_:
             raise ValueError(
                 f"{name}: timestep.action_mask is {_shape_text(mask)} but the action "
-                f"space is Discrete({actions.num_values}), which needs bool"
-                f"[{actions.num_values}] (True where an action is valid)."
+                f"space is Discrete({actions.num_values}){per_agent}, which needs "
+                f"bool{list(want)} (True where an action is valid)."
             )
 
 
 def _check_observation_shapes(
-    name: str, space: AbstractSpace, observation: PyTree
+    name: str,
+    space: AbstractSpace,
+    observation: PyTree,
+    agents: tuple[int, ...] = (),
 ) -> None:
-    """The observation has the structure and leaf shapes of the space's elements."""
+    """The observation has the structure and leaf shapes of the space's elements,
+    after a leading agent axis `agents` (`()` for one agent)."""
     expected = eqx.filter_eval_shape(space.sample, jr.key(0))
     if jax.tree.structure(expected) != jax.tree.structure(observation):
         raise ValueError(
@@ -195,8 +239,15 @@ def _check_observation_shapes(
         )
     paths_and_leaves = jax.tree_util.tree_flatten_with_path(expected)[0]
     for (path, want), got in zip(paths_and_leaves, jax.tree.leaves(observation)):
-        if tuple(got.shape) != tuple(want.shape):
+        if tuple(got.shape) != (*agents, *want.shape):
             where = "observations" + jax.tree_util.keystr(path)
+            if agents:
+                raise ValueError(
+                    f"{name}: reset and step return {where} of shape "
+                    f"{tuple(got.shape)} but with {agents[0]} agents and "
+                    f"observation_space of shape {tuple(want.shape)} (one agent) "
+                    f"it must be {(*agents, *want.shape)}; make them agree."
+                )
             raise ValueError(
                 f"{name}: reset and step return {where} of shape "
                 f"{tuple(got.shape)} but observation_space has shape "

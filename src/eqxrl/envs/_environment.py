@@ -20,6 +20,8 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
     episodes with [`AutoReset`][eqxrl.envs.AutoReset] when a trainer needs it.
     [`check_environment`][eqxrl.envs.check_environment] checks that an
     implementation keeps the contract (the algorithms run it when they are built).
+    Environments in which several agents act are
+    [`AbstractMultiAgentEnvironment`][eqxrl.envs.AbstractMultiAgentEnvironment]s.
 
     `jax.jit(env.step)` and `jax.jit(env.reset)` work as with gymnax: the
     environment is hashed by identity and its array fields are compiled in as
@@ -146,6 +148,76 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
     def action_space(self) -> AbstractSpace:
         """The wrapped environment's action space."""
         return self.env.action_space
+
+
+class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
+    """An environment in which `num_agents` agents act at every step.
+
+    The interface of [`AbstractEnvironment`][eqxrl.envs.AbstractEnvironment], with an
+    agent axis wherever something is per agent:
+
+    - `step(state, action, key)` takes one action per agent: `action` has a leading
+      `num_agents` axis (int32 `[num_agents]` for a `Discrete` action space);
+    - `reset` and `step` return a [`TimeStep`][eqxrl.envs.TimeStep] whose
+      `observation` leaves, `reward` (float32 `[num_agents]`) and `action_mask`
+      (bool `[num_agents, num_actions]`, or `None`) have a leading `num_agents`
+      axis, while `terminated` and `truncated` stay bool scalars: an episode ends
+      for every agent at once;
+    - `observation_space` and `action_space` describe one agent (every agent has the
+      same spaces).
+
+    Subclasses declare `num_agents` (a field or a property: a Python int, since it
+    sets shapes). The wrappers ([`TimeLimit`][eqxrl.envs.TimeLimit],
+    [`AutoReset`][eqxrl.envs.AutoReset],
+    [`EpisodeStatistics`][eqxrl.envs.EpisodeStatistics], which then counts one
+    return per agent) work unchanged; through them, ask
+    [`num_agents_of`][eqxrl.envs.num_agents_of].
+    [`check_environment`][eqxrl.envs.check_environment] checks the shapes above.
+    See [multi-agent environments][multi-agent].
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.TreasureHunt()  # num_agents=2
+        state, timestep = env.reset(jax.random.key(0))
+        timestep.reward.shape  # (2,)
+        actions = jnp.array([0, 3], jnp.int32)  # agent 0 up, agent 1 right
+        state, timestep = env.step(state, actions, jax.random.key(1))
+        ```
+    """
+
+    num_agents: eqx.AbstractVar[int]
+
+
+def num_agents_of(env: AbstractEnvironment) -> int | None:
+    """How many agents act in `env`, looking through wrappers; `None` for a
+    single-agent environment.
+
+    The first multi-agent environment
+    ([`AbstractMultiAgentEnvironment`][eqxrl.envs.AbstractMultiAgentEnvironment]) in
+    the chain from `env` inwards ([`unwrap`][eqxrl.envs.unwrap]) answers, so a
+    wrapper that changes the number of agents declares it by being one.
+
+    **Arguments:**
+
+    - `env`: an environment, wrapped or not.
+
+    **Returns:**
+
+    Its `num_agents` (a Python int), or `None` when no environment in the chain is
+    multi-agent.
+
+    !!! example
+
+        ```python
+        eqxrl.envs.num_agents_of(eqxrl.envs.make("TreasureHunt-v0"))  # 2
+        eqxrl.envs.num_agents_of(eqxrl.envs.make("CartPole-v1"))  # None
+        ```
+    """
+    for inner in unwrap(env):
+        if isinstance(inner, AbstractMultiAgentEnvironment):
+            return inner.num_agents
+    return None
 
 
 def unwrap(env: AbstractEnvironment) -> list[AbstractEnvironment]:

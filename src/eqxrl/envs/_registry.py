@@ -5,6 +5,7 @@ from ._environment import AbstractEnvironment
 from ._grid_maze import GridMaze
 from ._pendulum import Pendulum
 from ._snake import Snake
+from ._treasure_hunt import TreasureHunt, treasure_hunt_preset
 from ._wrappers import TimeLimit
 
 _REGISTRY: dict[str, Callable[..., AbstractEnvironment]] = {}
@@ -42,7 +43,11 @@ def make(name: str, **kwargs) -> AbstractEnvironment:
     The environment: `"CartPole-v1"` is `TimeLimit(CartPole(), 500)` and
     `"Pendulum-v1"` is `TimeLimit(Pendulum(), 200)`, like gymnasium;
     `"GridMaze-v0"` is `TimeLimit(GridMaze(), 50)`; `"Snake-v0"` is `Snake()`
-    (10x10 by default, with its own step limits).
+    (10x10 by default, with its own step limits); `"TreasureHunt-v0"` is
+    `TimeLimit(TreasureHunt(), 100)`, Sorrel's `treasurehunt`, and with
+    `preset="mp"` Sorrel's `treasurehunt_mp` settings: 5 agents on 10x10, gems only,
+    spawn probability 0.02, one-hot views, `TimeLimit` 50 (other keyword arguments
+    override the preset's; `max_episode_steps` the limit).
 
     !!! example
 
@@ -76,7 +81,17 @@ def _snake_v0(**kwargs) -> AbstractEnvironment:
     return Snake(**kwargs)
 
 
+def _treasure_hunt_v0(
+    preset: str = "default", max_episode_steps: int | None = None, **kwargs
+) -> AbstractEnvironment:
+    settings, turns = treasure_hunt_preset(preset)
+    settings.update(kwargs)
+    limit = turns if max_episode_steps is None else max_episode_steps
+    return TimeLimit(TreasureHunt(**settings), limit)
+
+
 register("CartPole-v1", _cartpole_v1)
 register("Pendulum-v1", _pendulum_v1)
 register("GridMaze-v0", _grid_maze_v0)
 register("Snake-v0", _snake_v0)
+register("TreasureHunt-v0", _treasure_hunt_v0)

@@ -62,20 +62,23 @@ class TimeLimit(AbstractWrapper[TimeLimitState]):
 
 
 class EpisodeStatisticsState(eqx.Module):
-    """State of [`EpisodeStatistics`][eqxrl.envs.EpisodeStatistics]."""
+    """State of [`EpisodeStatistics`][eqxrl.envs.EpisodeStatistics]: the inner state,
+    the return so far (one per agent in a multi-agent environment, shaped like the
+    reward) and the length so far."""
 
     env_state: PyTree
-    episode_return: Float[Array, ""]
+    episode_return: Float[Array, "*num_agents"]
     episode_length: Int[Array, ""]
 
 
 class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
     """Track the undiscounted return and length of the running episode.
 
-    Adds `extras["episode_return"]` (float32) and `extras["episode_length"]` (int32):
-    the totals so far, including the current step. On the step where an episode ends
-    they are the episode's final return and length. Put it inside `AutoReset` so that
-    the counters restart with every episode.
+    Adds `extras["episode_return"]` (float32, shaped like the reward: one return per
+    agent in a multi-agent environment) and `extras["episode_length"]` (int32
+    scalar): the totals so far, including the current step. On the step where an
+    episode ends they are the episode's final return and length. Put it inside
+    `AutoReset` so that the counters restart with every episode.
 
     **Arguments:**
 
@@ -89,7 +92,8 @@ class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
 
     def reset(self, key: PRNGKeyArray) -> tuple[EpisodeStatisticsState, TimeStep]:
         env_state, timestep = self.env.reset(key)
-        state = EpisodeStatisticsState(env_state, jnp.float32(0.0), jnp.int32(0))
+        episode_return = jnp.zeros(jnp.shape(timestep.reward), jnp.float32)
+        state = EpisodeStatisticsState(env_state, episode_return, jnp.int32(0))
         return state, _with_extras(timestep, state)
 
     def step(
