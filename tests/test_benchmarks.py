@@ -99,6 +99,13 @@ SMOKE_RUNS = {
         ],
         [],
     ),
+    "scaling.py": (
+        # One part (each compiles its own programs); the others share its code.
+        ["--parts", "overhead", "--pairs", "1", "--num-envs", "4"]
+        + ["--total-timesteps", "1024"],
+        [rf"sharded speed / one-device speed: median {NUMBER}x best {NUMBER}x"],
+        [],
+    ),
     "peers.py": (
         ["--skip-ppo", "--env-pairs", "1", "--num-envs", "64", "--env-steps", "100"]
         + ["--min-work", "1000"],

@@ -1,8 +1,11 @@
-"""Training over several devices (`train(key, mesh=mesh)`): the same run as on one
-device, environments split over the mesh's `"envs"` axis. Devices are simulated
-(`--xla_force_host_platform_device_count=8`) in a subprocess, so the rest of the
-suite keeps its one CPU device."""
+"""Training over several devices: environments split over a mesh's `"envs"` axis
+(`train(key, mesh=mesh)`) give the run of one device; runs split over `"seeds"`
+(`train_seeds`) give the runs of the one-device vmap without communicating; the
+Trainer over a mesh writes sharded checkpoints that resume exactly and load on one
+device. Devices are simulated (`--xla_force_host_platform_device_count=8`) in a
+subprocess, so the rest of the suite keeps its one CPU device."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,12 +16,17 @@ import pytest
 
 import eqxrl
 
+# optax.adam computes `b1 ** count` with an int32 count.
+STANDARD_DTYPE_PROMOTION = True
+
 SCRIPT = textwrap.dedent(
     """
-    import os
+    import json, os, sys
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    import jax, numpy as np, equinox as eqx
+    import jax, jax.numpy as jnp, numpy as np, equinox as eqx
     import eqxrl
+
+    results = {}
 
     def arrays(state):
         return [
@@ -27,81 +35,182 @@ SCRIPT = textwrap.dedent(
             if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
         ]
 
+    def difference(a, b):
+        return max(
+            float(np.max(np.abs(x.astype(np.float64) - y), initial=0.0))
+            for x, y in zip(arrays(a), arrays(b))
+        )
+
+    def spec(tree):
+        return str(tuple(jax.tree.leaves(tree)[0].sharding.spec))
+
+    def mesh(shape, axes):
+        count = int(np.prod(shape))
+        return jax.make_mesh(shape, axes, devices=jax.devices()[:count])
+
     env = eqxrl.envs.make("CartPole-v1")
     value_based = dict(
         num_envs=8, total_timesteps=8 * 40, learning_starts=8 * 10,
         buffer_size=160, batch_size=16,
     )
-    algorithms = {
-        "PPO": eqxrl.PPO(
-            env=env, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3,
-            normalize_observations=True, normalize_rewards=True,
+    ppo = eqxrl.PPO(
+        env=env, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3,
+        normalize_observations=True, normalize_rewards=True,
+    )
+    dqn = eqxrl.DQN(env=env, **value_based)
+    iqn = eqxrl.IQN(env=env, **value_based)
+
+    # Environments over 2 and 8 devices against one device.
+    for name, algorithm, device_counts in (
+        ("PPO", ppo, (2, 8)), ("DQN", dqn, (8,)), ("IQN", iqn, (2,)),
+    ):
+        reference, _ = algorithm.train(jax.random.key(0))
+        for devices in device_counts:
+            envs_mesh = mesh((devices,), ("envs",))
+            state, _ = algorithm.train(jax.random.key(0), mesh=envs_mesh)
+            results[f"envs {name} {devices}"] = {
+                "difference": difference(reference, state),
+                "env_spec": spec(state.env_state),
+                "weight_spec": spec(eqx.filter(state, eqx.is_array)),
+            }
+
+    # Seeds over devices against the one-device vmap.
+    keys = jax.random.split(jax.random.key(1), 8)
+    for name, algorithm, shape, axes in (
+        ("PPO", ppo, (8,), ("seeds",)),
+        ("DQN", dqn, (2, 4), ("seeds", "envs")),
+    ):
+        reference, _ = eqx.filter_vmap(algorithm.train)(keys)
+        states, metrics = eqxrl.train_seeds(algorithm, keys, mesh=mesh(shape, axes))
+        results[f"seeds {name} {axes}"] = {
+            "difference": difference(reference, states),
+            "metrics_shape": list(jax.tree.leaves(metrics)[0].shape),
+            "env_spec": spec(states.env_state),
+        }
+
+    # No communication between runs split over "seeds": "did any episode end"
+    # is reduced over each device's own runs.
+    flags = jnp.asarray([True] + [False] * 7)
+    def any_ended(flag):
+        return eqxrl.envs.any_in_vmapped_batch(flag)
+    over_seeds = eqxrl.algorithms.vmap_over_seeds
+    split = over_seeds(any_ended, mesh((8,), ("seeds",)), in_axes=(0,))
+    lowered = jax.jit(split).lower(flags).compile().as_text()
+    results["any per device"] = [bool(x) for x in split(flags)]
+    results["any vmapped"] = [
+        bool(x) for x in over_seeds(any_ended, in_axes=(0,))(flags)
+    ]
+    results["collectives"] = sum(
+        lowered.count(op) for op in ("all-reduce", "all-gather", "collective-permute")
+    )
+
+    # The Trainer over a mesh: sharded checkpoints, exact resume, load on one device.
+    out = sys.argv[1]
+    # (The Trainer over an "envs" axis is checked across processes in
+    # test_distributed.py.)
+    for axes, shape, num_seeds in ((("seeds",), (4,), 4),):
+        folder = os.path.join(out, "-".join(axes))
+        options = dict(
+            mesh=mesh(shape, axes), num_seeds=num_seeds, checkpoint_every=1,
+            verbose=False, progress=False, eval_episodes=2, gif_episodes=0,
+        )
+        whole, _ = eqxrl.Trainer(ppo, **options).fit(0)
+        trainer = eqxrl.Trainer(ppo, out=folder, **options)
+        trainer.fit(0, stop_at_iteration=2)
+        resumed, _ = trainer.fit(0, resume=True)
+        loaded, _ = eqxrl.load_checkpoint(folder)
+        results[f"trainer {axes}"] = {
+            "checkpoints": sorted(os.listdir(os.path.join(folder, "checkpoints"))),
+            "resumed": difference(whole, resumed),
+            "loaded": difference(resumed, loaded),
+            "loaded_devices": len(jax.tree.leaves(loaded.env_state)[0].devices()),
+        }
+
+    refusals = []
+    for attempt in (
+        lambda: eqxrl.PPO(env=env, num_envs=12, num_steps=8, total_timesteps=96).train(
+            jax.random.key(0), mesh=mesh((8,), ("envs",))
         ),
-        "DQN": eqxrl.DQN(env=env, **value_based),
-    }
-    # IQN shares DQN's replay path (and its environment axes).
-    for name, algorithm in algorithms.items():
-        reference, reference_metrics = algorithm.train(jax.random.key(0))
-        for devices in (8,):
-            mesh = jax.make_mesh((devices,), ("envs",), devices=jax.devices()[:devices])
-            state, metrics = algorithm.train(jax.random.key(0), mesh=mesh)
-            spec = jax.tree.leaves(state.env_state)[0].sharding.spec
-            weights = jax.tree.leaves(eqx.filter(state, eqx.is_array))[0].sharding.spec
-            difference = max(
-                float(np.max(np.abs(a.astype(np.float64) - b), initial=0.0))
-                for a, b in zip(arrays(reference), arrays(state))
-            )
-            loss = "total_loss" if name == "PPO" else "loss"
-            metric_difference = float(np.nanmax(np.abs(
-                np.asarray(reference_metrics[loss]) - np.asarray(metrics[loss])
-            )))
-            print(name, devices, tuple(spec), tuple(weights), difference,
-                  metric_difference, flush=True)
-    uneven = eqxrl.PPO(env=env, num_envs=12, num_steps=8, total_timesteps=96)
-    try:
-        uneven.train(jax.random.key(0), mesh=jax.make_mesh((8,), ("envs",)))
-    except ValueError as error:
-        print("refused:", error)
+        lambda: eqxrl.train_seeds(ppo, jax.random.split(jax.random.key(0), 6),
+                                  mesh=mesh((4,), ("seeds",))),
+        lambda: eqxrl.Trainer(ppo, mesh=mesh((3,), ("envs",))),
+        lambda: ppo.train(jax.random.key(0), mesh=mesh((2, 4), ("seeds", "envs"))),
+    ):
+        try:
+            attempt()
+            refusals.append(None)
+        except ValueError as error:
+            refusals.append(str(error))
+    results["refusals"] = refusals
+    print(json.dumps(results))
     """
 )
 
 
 @pytest.mark.slow
-def test_runs_over_8_devices_match_the_one_device_run(tmp_path):
+def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SCRIPT)
     environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
-        [sys.executable, str(script)],
+        [sys.executable, str(script), str(tmp_path / "runs")],
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=500,
         env=environment,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert (
-        lines[-1].startswith("refused:")
-        and "num_envs=12 does not split evenly" in (lines[-1])
-    ), result.stdout
-    rows = [line.split() for line in lines[:-1]]
-    assert [(row[0], row[1]) for row in rows] == [
-        ("PPO", "8"),
-        ("DQN", "8"),
-    ], result.stdout
-    for name, devices, spec, weights, difference, metric_difference in (
-        (row[0], row[1], row[2], row[3], float(row[4]), float(row[5])) for row in rows
-    ):
+    results = json.loads(result.stdout.splitlines()[-1])
+
+    for name in ("PPO 2", "PPO 8", "DQN 8", "IQN 2"):
+        run = results[f"envs {name}"]
         # Environments are split over the devices, the network is on every one.
-        assert spec == "('envs',)" and weights == "()", (name, devices, spec, weights)
+        assert run["env_spec"] == "('envs',)", (name, run)
+        assert run["weight_spec"] == "()", (name, run)
         # The same run, up to the order of float sums across devices.
-        assert difference < 1e-4 and metric_difference < 1e-4, (name, devices)
+        assert run["difference"] < 1e-4, (name, run)
+
+    ppo_seeds = results["seeds PPO ('seeds',)"]
+    assert ppo_seeds["env_spec"] == "('seeds',)", ppo_seeds
+    assert ppo_seeds["difference"] < 1e-4, ppo_seeds
+    assert ppo_seeds["metrics_shape"] == [8, 3], ppo_seeds
+    dqn_seeds = results["seeds DQN ('seeds', 'envs')"]
+    assert dqn_seeds["env_spec"] == "('seeds', 'envs')", dqn_seeds
+    assert dqn_seeds["difference"] < 1e-4, dqn_seeds
+
+    # Under shard_map only the device that holds the ended episode sees it; a
+    # plain vmap reduces over every run.
+    assert results["any per device"] == [True] + [False] * 7
+    assert results["any vmapped"] == [True] * 8
+    assert results["collectives"] == 0
+
+    trainer = results["trainer ('seeds',)"]
+    assert trainer["checkpoints"] == [
+        f"checkpoint-00000000{i}.orbax" for i in (1, 2, 3)
+    ], trainer
+    assert trainer["resumed"] == 0.0, trainer  # resuming is exact
+    assert trainer["loaded"] == 0.0 and trainer["loaded_devices"] == 1, trainer
+
+    uneven, seeds, trainer_mesh, seeds_in_train = results["refusals"]
+    assert "num_envs=12 does not split evenly" in uneven
+    assert "6 runs (seeds) do not split evenly over the mesh's 4 'seeds'" in seeds
+    assert "num_envs=8 does not split evenly over the mesh's 3" in trainer_mesh
+    assert "eqxrl.train_seeds" in seeds_in_train
 
 
 def test_a_mesh_without_an_envs_axis_is_refused():
     env = eqxrl.envs.make("CartPole-v1")
     ppo = eqxrl.PPO(env=env, num_envs=6, num_steps=8, total_timesteps=48)
     device = jax.devices()[:1]
-    seeds_mesh = jax.make_mesh((1,), ("seeds",), devices=device)
+    other_mesh = jax.make_mesh((1,), ("model",), devices=device)
     with pytest.raises(ValueError, match="axis named 'envs'"):
-        ppo.train(jax.random.key(0), mesh=seeds_mesh)
+        ppo.train(jax.random.key(0), mesh=other_mesh)
+    with pytest.raises(ValueError, match="axis named 'seeds'"):
+        eqxrl.train_seeds(ppo, jax.random.split(jax.random.key(0), 2), mesh=other_mesh)
+
+
+def test_train_seeds_needs_one_key_per_run():
+    env = eqxrl.envs.make("CartPole-v1")
+    ppo = eqxrl.PPO(env=env, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2)
+    with pytest.raises(ValueError, match=r"one key per run, shape \[num_runs\]"):
+        eqxrl.train_seeds(ppo, jax.random.key(0))

@@ -44,6 +44,7 @@ from .algorithms import (  # noqa: E402
     SACState as SACState,
     TrainResult as TrainResult,
     train as train,
+    train_seeds as train_seeds,
 )
 from .training import (  # noqa: E402
     Trainer as Trainer,

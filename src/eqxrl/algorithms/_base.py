@@ -6,6 +6,7 @@ from typing import Any, Generic, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Bool, PRNGKeyArray, PyTree
@@ -16,8 +17,10 @@ from ._diagnostics import check_entropy_collapse
 
 StateT = TypeVar("StateT")
 
-# The mesh axis that environments are split over (`train(key, mesh=mesh)`).
+# The mesh axes that environments (`train(key, mesh=mesh)`) and runs
+# (`train_seeds(algorithm, keys, mesh=mesh)`) are split over.
 ENVS_AXIS = "envs"
+SEEDS_AXIS = "seeds"
 
 
 class AbstractAlgorithm(eqx.Module, Generic[StateT]):
@@ -90,15 +93,16 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
           is true (e.g. a NaN loss), instead of training on from parameters that are
           no longer numbers (see `train`).
         - `mesh`: split the environments over the mesh's `"envs"` axis (see
-          `train`); `None` leaves placement to JAX.
+          `train`); `None` (or a mesh without that axis) leaves placement to JAX.
 
         **Returns:**
 
         `(state, metrics)`, each metric stacked to shape `[num_iterations]`.
         """
         name = type(self).__name__
+        if mesh is not None and ENVS_AXIS in mesh.axis_names:
+            self._check_envs_axis(mesh)
         if mesh is not None:
-            self.check_mesh(mesh)
             state = self.shard_state(state, mesh)
 
         def body(carry, _):
@@ -137,16 +141,49 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
             ),
         )
 
-    def check_mesh(self, mesh: Mesh) -> None:
-        """Raise a `ValueError` unless `mesh` has an `"envs"` axis that divides
-        `num_envs`."""
-        if ENVS_AXIS not in mesh.axis_names:
+    def check_mesh(self, mesh: Mesh, num_runs: int | None = None) -> None:
+        """Raise a `ValueError` unless this algorithm can train over `mesh`.
+
+        For one run (`train(key, mesh=mesh)`, `num_runs=None`) the mesh needs an
+        `"envs"` axis. For `num_runs` runs ([`train_seeds`][eqxrl.train_seeds],
+        the [`Trainer`][eqxrl.Trainer] with `num_seeds`) it needs an `"envs"` or a
+        `"seeds"` axis, or both. An `"envs"` axis must divide `num_envs`, a
+        `"seeds"` axis `num_runs`.
+        """
+        name = type(self).__name__
+        axes = tuple(mesh.axis_names)
+        if num_runs is None and SEEDS_AXIS in axes and mesh.shape[SEEDS_AXIS] > 1:
             raise ValueError(
-                f"{type(self).__name__}: the mesh has axes {tuple(mesh.axis_names)}; "
-                f"training over devices splits environments over an axis named "
-                f"{ENVS_AXIS!r}, e.g. jax.make_mesh((jax.device_count(),), "
-                f"({ENVS_AXIS!r},)). Seeds are split by sharding the keys instead."
+                f"{name}: the mesh has a {SEEDS_AXIS!r} axis, which splits several "
+                "runs over devices; train them with eqxrl.train_seeds(algorithm, "
+                "keys, mesh=mesh) (or Trainer(num_seeds=..., mesh=mesh))."
             )
+        if num_runs is None and ENVS_AXIS not in axes:
+            raise ValueError(
+                f"{name}: the mesh has axes {axes}; training over devices splits "
+                f"environments over an axis named {ENVS_AXIS!r}, e.g. "
+                f"jax.make_mesh((jax.device_count(),), ({ENVS_AXIS!r},)). Several "
+                f"seeds are split over a {SEEDS_AXIS!r} axis by eqxrl.train_seeds."
+            )
+        if num_runs is not None and not {ENVS_AXIS, SEEDS_AXIS} & set(axes):
+            raise ValueError(
+                f"{name}: the mesh has axes {axes}; runs are split over an axis "
+                f"named {SEEDS_AXIS!r} and environments over one named "
+                f"{ENVS_AXIS!r}, e.g. jax.make_mesh((jax.device_count(),), "
+                f"({SEEDS_AXIS!r},))."
+            )
+        if ENVS_AXIS in axes:
+            self._check_envs_axis(mesh)
+        if num_runs is not None and SEEDS_AXIS in axes:
+            devices = mesh.shape[SEEDS_AXIS]
+            if num_runs % devices:
+                raise ValueError(
+                    f"{name}: {num_runs} runs (seeds) do not split evenly over the "
+                    f"mesh's {devices} {SEEDS_AXIS!r} devices; train a multiple of "
+                    f"{devices} runs."
+                )
+
+    def _check_envs_axis(self, mesh: Mesh) -> None:
         num_envs = getattr(self, "num_envs", None)
         devices = mesh.shape[ENVS_AXIS]
         if num_envs is not None and num_envs % devices:
@@ -156,33 +193,48 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
                 f"a multiple of {devices}."
             )
 
-    def state_shardings(self, state: StateT, mesh: Mesh) -> PyTree:
+    def state_shardings(
+        self, state: StateT, mesh: Mesh, *, batched: bool = False
+    ) -> PyTree:
         """Where each array of `state` lives on `mesh`: environment axes (see
         `environment_axes`) split over `"envs"`, everything else replicated; `None`
-        for the state's non-array parts."""
-        # The partitioner places everything the constraints leave open, as with
-        # `jax.make_mesh(..., axis_types=Auto)`; JAX's newer default, Explicit
-        # axes, would make sharding part of every array's type in the program.
-        mesh = Mesh(
-            mesh.devices,
-            mesh.axis_names,
-            axis_types=(AxisType.Auto,) * len(mesh.axis_names),
-        )
+        for the state's non-array parts. With `batched`, `state` is a batch of runs'
+        states (a leading axis of runs), split over `"seeds"` when the mesh has
+        that axis. `state` may hold `jax.ShapeDtypeStruct`s in place of arrays."""
+        mesh = auto_axes(mesh)
+        envs = ENVS_AXIS if ENVS_AXIS in mesh.axis_names else None
+        runs = SEEDS_AXIS if SEEDS_AXIS in mesh.axis_names else None
+        batch = (runs,) if batched else ()
 
         def sharding(leaf: Any, axis: int | None) -> NamedSharding | None:
-            if not eqx.is_array(leaf):
+            if not (eqx.is_array(leaf) or isinstance(leaf, jax.ShapeDtypeStruct)):
                 return None
             if axis < 0:
-                return NamedSharding(mesh, PartitionSpec())
-            return NamedSharding(mesh, PartitionSpec(*[None] * axis, ENVS_AXIS))
+                return NamedSharding(mesh, PartitionSpec(*batch))
+            return NamedSharding(mesh, PartitionSpec(*batch, *[None] * axis, envs))
 
-        return jax.tree.map(sharding, state, self.environment_axes(state))
+        # The axes are read from the state's structure, which a batch keeps.
+        axes = self.environment_axes(state)
+        return jax.tree.map(sharding, state, axes)
+
+    def place_state(
+        self, state: StateT, mesh: Mesh, *, batched: bool = False
+    ) -> StateT:
+        """`state` (built on one device, or on the host) placed on `mesh` as
+        `state_shardings` says. With several processes (`jax.distributed`), every
+        process holds the same `state` and keeps the shards of its own devices."""
+        return _place(state, self.state_shardings(state, mesh, batched=batched), _put)
 
     def shard_state(self, state: StateT, mesh: Mesh) -> StateT:
         """`state` constrained to its placement on `mesh` (`state_shardings`):
         inside a compiled program, XLA's partitioner then splits the work on
         environments and inserts the reductions (gradients, statistics, metrics)
-        across devices, so the run computes what it computes on one device."""
+        across devices, so the run computes what it computes on one device. Under
+        [`vmap_over_seeds`][eqxrl.algorithms.vmap_over_seeds], the runs' axis is
+        added to these constraints. A mesh without an `"envs"` axis leaves `state`
+        as it is."""
+        if ENVS_AXIS not in mesh.axis_names:
+            return state
         return _place(state, self.state_shardings(state, mesh), _constrain)
 
     def diverged(self, state: StateT, metrics: dict[str, Array]) -> Bool[Array, ""]:
@@ -224,10 +276,9 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
           devices, parameters and optimizer state are replicated, and XLA reduces
           gradients, statistics and metrics across devices, so the run is the run
           of one device with the same `num_envs` (up to the order of float sums).
-          `num_envs` must be a multiple of the axis size. Seeds (a `vmap` of
-          `train`) are split instead by placing the keys:
-          `jax.device_put(keys, NamedSharding(mesh, PartitionSpec("seeds")))`.
-          See [Scaling out](../scaling-out.md).
+          `num_envs` must be a multiple of the axis size. Several seeds are split
+          over devices by [`train_seeds`][eqxrl.train_seeds]. See
+          [Scaling out](../scaling-out.md).
 
         **Returns:**
 
@@ -241,7 +292,7 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
             # LAPACK calls can deadlock XLA's CPU thread pool.
             self.check_mesh(mesh)
             state = jit_with_options(_init, self.compiler_options)(self, key)
-            state = _place(state, self.state_shardings(state, mesh), jax.device_put)
+            state = self.place_state(state, mesh)
             state, metrics = jit_with_options(_train_from, self.compiler_options)(
                 self, state, throw, mesh
             )
@@ -310,6 +361,28 @@ def with_replay_environment_axes(axes: Any, state: Any) -> Any:
         axes,
         jax.tree.map(lambda _: 1, state.buffer.transitions),
     )
+
+
+def auto_axes(mesh: Mesh) -> Mesh:
+    """`mesh` with Auto axes: the partitioner places everything the constraints
+    leave open, as with `jax.make_mesh(..., axis_types=Auto)`; JAX's newer default,
+    Explicit axes, would make sharding part of every array's type in the
+    program."""
+    return Mesh(
+        mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * mesh.devices.ndim
+    )
+
+
+def _put(leaf: Array, sharding: NamedSharding) -> Array:
+    if jax.process_count() == 1:
+        return jax.device_put(leaf, sharding)
+    # Across processes a sharding spans devices this process cannot address: each
+    # process builds the global array from its own (identical) host copy.
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        data = _put(jax.random.key_data(leaf), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
+    host = np.asarray(leaf)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def _constrain(leaf: Array, sharding: NamedSharding) -> Array:

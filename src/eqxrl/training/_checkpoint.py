@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import shutil
 import struct
 import warnings
 from collections.abc import Callable, Mapping
@@ -39,6 +40,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
+from jax.sharding import Mesh
 from jaxtyping import PyTree
 
 from ..algorithms import AbstractAlgorithm
@@ -167,6 +169,28 @@ def _versions() -> dict[str, str]:
     }
 
 
+def checkpoint_header(
+    tree: PyTree,
+    kind: str,
+    config: Mapping[str, Any],
+    batch_shape: tuple[int, ...] = (),
+    metadata: Mapping[str, Any] | None = None,
+    extra_header: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON header of a checkpoint of `tree` (both storage formats)."""
+    return {
+        "format": "eqxrl-checkpoint",
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "versions": _versions(),
+        "config": dict(config),
+        "batch_shape": list(batch_shape),
+        "metadata": _json_safe(dict(metadata or {})),
+        "leaves": _leaf_table(tree),
+        **dict(extra_header or {}),
+    }
+
+
 def write_checkpoint_file(
     path: str | os.PathLike,
     tree: PyTree,
@@ -180,17 +204,7 @@ def write_checkpoint_file(
     """Write `tree` with a header (the building block of `save_checkpoint` and of the
     policy export). `config` is `algorithm_to_config`'s output."""
     path = Path(path)
-    header = {
-        "format": "eqxrl-checkpoint",
-        "format_version": FORMAT_VERSION,
-        "kind": kind,
-        "versions": _versions(),
-        "config": dict(config),
-        "batch_shape": list(batch_shape),
-        "metadata": _json_safe(dict(metadata or {})),
-        "leaves": _leaf_table(tree),
-        **dict(extra_header or {}),
-    }
+    header = checkpoint_header(tree, kind, config, batch_shape, metadata, extra_header)
     header_bytes = json.dumps(header, indent=1, allow_nan=False).encode("utf-8")
 
     def write(file: BinaryIO) -> None:
@@ -369,7 +383,8 @@ def read_checkpoint_header(path: str | os.PathLike) -> dict[str, Any]:
     **Arguments:**
 
     - `path`: a file written by [`save_checkpoint`][eqxrl.save_checkpoint], the
-      [`Trainer`][eqxrl.Trainer] or `eqxrl train`.
+      [`Trainer`][eqxrl.Trainer] or `eqxrl train` (or the `.orbax` folder of a
+      run over a device mesh).
 
     **Returns:**
 
@@ -379,7 +394,12 @@ def read_checkpoint_header(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises [`CheckpointError`][eqxrl.training.CheckpointError] saying what is wrong.
     """
-    return _open_checkpoint(Path(path)).header
+    path = Path(path)
+    if path.is_dir() and path.name.endswith(".orbax"):
+        from ._sharded_checkpoint import read_sharded_header
+
+        return read_sharded_header(path)
+    return _open_checkpoint(path).header
 
 
 def _open_checkpoint(path: Path) -> _Checkpoint:
@@ -626,9 +646,17 @@ def load_training_state(
     *,
     algorithm: AbstractAlgorithm | None = None,
     expected_config: Mapping[str, Any] | None = None,
+    mesh: Mesh | None = None,
 ) -> tuple[PyTree, AbstractAlgorithm, dict[str, Any]]:
-    """`load_checkpoint` that also returns the header."""
-    checkpoint = _open_checkpoint(resolve_checkpoint(path))
+    """`load_checkpoint` that also returns the header. A sharded checkpoint (a
+    `.orbax` folder) is restored onto `mesh` (or onto one device without one)."""
+    path = resolve_checkpoint(path)
+    if path.is_dir():
+        from ._sharded_checkpoint import read_sharded_header
+
+        checkpoint = _Checkpoint(path, read_sharded_header(path), 0)
+    else:
+        checkpoint = _open_checkpoint(path)
     if checkpoint.header.get("kind") != "training_state":
         raise CheckpointError(
             f"{checkpoint.path} holds a {checkpoint.header.get('kind')}, not a "
@@ -639,6 +667,11 @@ def load_training_state(
     skeleton = _init_skeleton(algorithm, batch_shape)
     _check_leaves(checkpoint, skeleton, f"{type(algorithm).__name__}'s training state")
     _warn_on_version(checkpoint)
+    if path.is_dir():
+        from ._sharded_checkpoint import read_sharded_state
+
+        state = read_sharded_state(path, checkpoint.header, skeleton, algorithm, mesh)
+        return state, algorithm, checkpoint.header
     return _read_payload(checkpoint, skeleton), algorithm, checkpoint.header
 
 
@@ -746,33 +779,40 @@ def load_policy(
 # Folders of checkpoints
 # --------------------------------------------------------------------------------------
 
-_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)\.eqx$")
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)\.(eqx|orbax)$")
 
 
-def checkpoint_path(directory: str | os.PathLike, iteration: int) -> Path:
-    """`directory/checkpoint-{iteration:09d}.eqx`."""
-    return Path(directory) / f"checkpoint-{iteration:09d}.eqx"
+def checkpoint_path(
+    directory: str | os.PathLike, iteration: int, *, sharded: bool = False
+) -> Path:
+    """`directory/checkpoint-{iteration:09d}.eqx`, or with `sharded` the folder
+    `directory/checkpoint-{iteration:09d}.orbax` (a run over a device mesh)."""
+    suffix = "orbax" if sharded else "eqx"
+    return Path(directory) / f"checkpoint-{iteration:09d}.{suffix}"
 
 
 def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
-    """`(iteration, path)` of the checkpoints in a folder, oldest first (temporary
-    files of interrupted writes are ignored)."""
+    """`(iteration, path)` of the checkpoints in a folder, oldest first: files
+    (`.eqx`) and sharded checkpoint folders (`.orbax`). Temporary files and folders
+    of interrupted writes are ignored."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = []
     for entry in directory.iterdir():
         match = _CHECKPOINT_NAME.match(entry.name)
-        if match and entry.is_file():
+        if not match:
+            continue
+        if entry.is_file() if match.group(2) == "eqx" else entry.is_dir():
             found.append((int(match.group(1)), entry))
     return sorted(found)
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint file from a file, a `checkpoints/` folder or a run folder (the
-    latest checkpoint)."""
+    """A checkpoint from a checkpoint file or `.orbax` folder, a `checkpoints/`
+    folder or a run folder (the latest checkpoint)."""
     path = Path(path)
-    if not path.is_dir():
+    if not path.is_dir() or _CHECKPOINT_NAME.match(path.name):
         if not path.exists():
             raise CheckpointError(f"No checkpoint at {path}: the file does not exist.")
         return path
@@ -781,8 +821,9 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
         if found:
             return found[-1][1]
     raise CheckpointError(
-        f"No checkpoint in {path}: expected files named checkpoint-NNNNNNNNN.eqx in "
-        f"{path}/checkpoints/ or in {path}."
+        f"No checkpoint in {path}: expected files named checkpoint-NNNNNNNNN.eqx "
+        f"(or folders checkpoint-NNNNNNNNN.orbax) in {path}/checkpoints/ or in "
+        f"{path}."
     )
 
 
@@ -792,6 +833,9 @@ def prune_checkpoints(directory: str | os.PathLike, keep: int) -> list[Path]:
     found = list_checkpoints(directory)
     deleted = []
     for _, path in found[: max(len(found) - keep, 0)]:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
         deleted.append(path)
     return deleted

@@ -49,6 +49,9 @@ _RUN_OPTIONS = (
     "resume",
     "log",
     "wandb_project",
+    "devices",
+    "split",
+    "distributed",
 )
 _LOGGERS = ("console", "csv", "jsonl", "tensorboard", "wandb")
 
@@ -269,6 +272,29 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         default=argparse.SUPPRESS,
         help="the Weights & Biases project (default: eqxrl)",
     )
+    run.add_argument(
+        "--devices",
+        metavar="N|all",
+        default=argparse.SUPPRESS,
+        help="train over N devices (all: every device, of every process with "
+        "--distributed) as one program (default: one device)",
+    )
+    run.add_argument(
+        "--split",
+        choices=("envs", "seeds"),
+        default=argparse.SUPPRESS,
+        help="what --devices splits: the environments (envs) or, with --num-seeds, "
+        "the seeds (default: seeds when --num-seeds divides over the devices, else "
+        "envs)",
+    )
+    run.add_argument(
+        "--distributed",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="call jax.distributed.initialize() first (one process per host; it "
+        "finds the cluster on SLURM, TPU pods and others); only process 0 writes "
+        "logs",
+    )
     trainer = parser.add_argument_group("trainer")
     for field in _trainer_fields():
         trainer.add_argument(
@@ -298,8 +324,12 @@ def _train(argv: Sequence[str]) -> int:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--algo")
     pre.add_argument("--config")
+    pre.add_argument("--distributed", action="store_true")
     known, _ = pre.parse_known_args(argv)
     file_options = read_config_file(known.config) if known.config else {}
+    if known.distributed or file_options.get("distributed"):
+        # Before anything touches a device: JAX's backends start with it.
+        _initialize_distributed()
     algo = known.algo or file_options.get("algo") or "ppo"
     try:
         cls = algorithm_class(str(algo))
@@ -342,6 +372,9 @@ def _train(argv: Sequence[str]) -> int:
     resume = bool(merged.pop("resume", False))
     out = Path(merged.pop("out", f"runs/{env_id}-{algo}-seed{seed}"))
     log = str(merged.pop("log", "console,csv"))
+    devices = merged.pop("devices", None)
+    split = merged.pop("split", None)
+    merged.pop("distributed", None)
     wandb_project = str(merged.pop("wandb_project", "eqxrl"))
     trainer_options = {k: merged.pop(k) for k in list(merged) if k in trainer_fields}
 
@@ -369,6 +402,7 @@ def _train(argv: Sequence[str]) -> int:
     loggers = _loggers(log, out, resume, wandb_project)
     from ._trainer import Trainer
 
+    mesh = _mesh(devices, split, trainer_options.get("num_seeds"))
     try:
         trainer = Trainer(
             algorithm,
@@ -376,12 +410,56 @@ def _train(argv: Sequence[str]) -> int:
             loggers=loggers,
             env_name=str(env_id),
             env_kwargs=env_kwargs,
+            mesh=mesh,
             **trainer_options,
         )
     except ValueError as error:
         raise _CommandError(str(error)) from None
     trainer.fit(seed, resume=resume)  # it says what it wrote
     return 0
+
+
+def _initialize_distributed() -> None:
+    import jax
+
+    try:
+        jax.distributed.initialize()
+    except (ValueError, RuntimeError) as error:
+        raise _CommandError(
+            f"--distributed: jax.distributed.initialize() failed: {error}. Outside "
+            "a cluster it detects (SLURM, TPU pods, ...), set JAX_COORDINATOR_ADDRESS "
+            "(host:port of process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID."
+        ) from None
+
+
+def _mesh(devices: Any, split: str | None, num_seeds: int | None) -> Any:
+    """The device mesh of `--devices N|all` and `--split`, or `None`."""
+    if devices is None:
+        if split is not None:
+            raise _CommandError("--split needs --devices.")
+        return None
+    import jax
+
+    available = jax.device_count()
+    if str(devices) == "all":
+        count = available
+    else:
+        try:
+            count = int(devices)
+        except ValueError:
+            raise _CommandError(
+                f"--devices {devices!r}: expected a number of devices or 'all'."
+            ) from None
+        if not 1 <= count <= available:
+            raise _CommandError(
+                f"--devices {count}: there are {available} device(s) "
+                f"({jax.devices()[0].platform}); choose 1 to {available} or 'all'."
+            )
+    if split is None:
+        split = "seeds" if num_seeds and num_seeds % count == 0 else "envs"
+    if split == "seeds" and not num_seeds:
+        raise _CommandError("--split seeds needs --num-seeds (a multiple of devices).")
+    return jax.make_mesh((count,), (split,), devices=jax.devices()[:count])
 
 
 def _env_options(options: Any) -> dict[str, Any]:
@@ -667,7 +745,7 @@ _USAGE = """usage: eqxrl {train,eval,plot,list} ...
 
   eqxrl train ENV --algo ppo --total-timesteps N --seed S --out DIR
               [--checkpoint-every ITERATIONS] [--resume] [--config FILE]
-              [--flag value ...]
+              [--devices N|all] [--distributed] [--flag value ...]
   eqxrl eval CHECKPOINT [--episodes N] [--gif out.gif]
   eqxrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
   eqxrl list

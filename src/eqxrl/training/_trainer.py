@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -16,9 +17,15 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
 from jaxtyping import Array, Bool, Int, PyTree
 
-from ..algorithms import AbstractAlgorithm, check_entropy_collapse
+from ..algorithms import (
+    AbstractAlgorithm,
+    check_entropy_collapse,
+    vmap_over_seeds,
+)
 from ._checkpoint import (
     CheckpointError,
     _atomic_write,
@@ -40,6 +47,7 @@ from ._evaluation import (
     write_gif,
 )
 from ._logging import AbstractLogger, ConsoleLogger, CSVLogger
+from ._sharded_checkpoint import write_sharded_checkpoint
 
 
 def steps_per_iteration(algorithm: AbstractAlgorithm) -> int:
@@ -69,42 +77,51 @@ def _run_chunk(
     num_iterations: Int[Array, ""],
     chunk_size: int,
     batched: bool,
+    mesh: Mesh | None = None,
 ) -> tuple[PyTree, dict[str, Array], Bool[Array, " chunk_size"]]:
     """Up to `chunk_size` iterations as one compiled program: `num_iterations` (a
     traced number, so every chunk reuses one compilation) run, the rest of the
     `lax.scan` skips them through a `lax.cond`. Metrics of skipped iterations are
     zeros, to be dropped on the host. Also returns, per iteration, whether the
-    algorithm's `diverged` holds (for any seed)."""
-    iterate = algorithm.train_iteration
-    diverged = algorithm.diverged
-    if batched:
-        iterate = eqx.filter_vmap(iterate)
-        diverged = eqx.filter_vmap(diverged)
-    dynamic, static = eqx.partition(state, eqx.is_array)
+    algorithm's `diverged` holds (for any seed). With `batched`, the seeds are
+    vmapped (over the mesh's `"seeds"` axis when it has one)."""
 
-    def run(dynamic):
-        new_state, metrics = iterate(eqx.combine(dynamic, static))
-        new_dynamic, new_static = eqx.partition(new_state, eqx.is_array)
-        if jtu.tree_structure(new_static) != jtu.tree_structure(static):
-            raise ValueError(
-                "train_iteration changed the structure of the non-array part of the "
-                "training state; the Trainer needs the same structure every iteration."
-            )
-        return new_dynamic, (metrics, jnp.any(diverged(new_state, metrics)))
+    def one_run(state: PyTree) -> tuple[PyTree, dict[str, Array], Array]:
+        dynamic, static = eqx.partition(state, eqx.is_array)
 
-    metric_shapes = jax.eval_shape(run, dynamic)[1]
+        def run(dynamic):
+            new_state, metrics = algorithm.train_iteration(eqx.combine(dynamic, static))
+            if mesh is not None:
+                new_state = algorithm.shard_state(new_state, mesh)
+            new_dynamic, new_static = eqx.partition(new_state, eqx.is_array)
+            if jtu.tree_structure(new_static) != jtu.tree_structure(static):
+                raise ValueError(
+                    "train_iteration changed the structure of the non-array part of "
+                    "the training state; the Trainer needs the same structure every "
+                    "iteration."
+                )
+            return new_dynamic, (metrics, algorithm.diverged(new_state, metrics))
 
-    def skip(dynamic):
-        zeros = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-        return dynamic, zeros
+        metric_shapes = jax.eval_shape(run, dynamic)[1]
 
-    def body(dynamic, index):
-        return lax.cond(index < num_iterations, run, skip, dynamic)
+        def skip(dynamic):
+            zeros = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+            return dynamic, zeros
 
-    dynamic, (metrics, diverged_flags) = lax.scan(
-        body, dynamic, jnp.arange(chunk_size, dtype=jnp.int32)
-    )
-    return eqx.combine(dynamic, static), metrics, diverged_flags
+        def body(dynamic, index):
+            return lax.cond(index < num_iterations, run, skip, dynamic)
+
+        dynamic, (metrics, diverged_flags) = lax.scan(
+            body, dynamic, jnp.arange(chunk_size, dtype=jnp.int32)
+        )
+        return eqx.combine(dynamic, static), metrics, diverged_flags
+
+    if not batched:
+        return one_run(state)
+    state, metrics, diverged_flags = vmap_over_seeds(one_run, mesh, in_axes=(0,))(state)
+    # Seeds first inside the vmap, iterations first on the host.
+    metrics = jtu.tree_map(lambda x: jnp.moveaxis(x, 0, 1), metrics)
+    return state, metrics, jnp.any(diverged_flags, axis=0)
 
 
 @eqx.filter_jit
@@ -227,6 +244,10 @@ class Trainer(eqx.Module):
       environment renders (`0`: no GIF).
     - `num_seeds`: train this many seeds vmapped in one program (`None`: one seed,
       unbatched state). Curves then show the seeds as a shaded band.
+    - `mesh`: a `jax.sharding.Mesh` to train over several devices: its `"envs"`
+      axis splits the environments (as `algorithm.train(key, mesh=mesh)`), its
+      `"seeds"` axis splits `num_seeds` seeds (as
+      [`train_seeds`][eqxrl.train_seeds]). See [Scaling out](../scaling-out.md).
     - `loggers`: logging backends; by default a
       [`ConsoleLogger`][eqxrl.training.ConsoleLogger] and, with `out`, a
       [`CSVLogger`][eqxrl.training.CSVLogger] writing `metrics.csv`.
@@ -262,6 +283,7 @@ class Trainer(eqx.Module):
     eval_deterministic: bool = eqx.field(static=True, default=True)
     gif_episodes: int = eqx.field(static=True, default=1)
     num_seeds: int | None = eqx.field(static=True, default=None)
+    mesh: Mesh | None = eqx.field(static=True, default=None)
     loggers: Sequence[AbstractLogger] | None = eqx.field(
         static=True, default=None, converter=_tuple_or_none
     )
@@ -301,6 +323,13 @@ class Trainer(eqx.Module):
                 )
         if self.gif_episodes < 0:
             raise ValueError(f"Trainer: gif_episodes={self.gif_episodes} must be >= 0.")
+        if self.mesh is not None:
+            if not isinstance(self.mesh, Mesh):
+                raise ValueError(
+                    f"Trainer: mesh must be a jax.sharding.Mesh, got "
+                    f"{type(self.mesh).__name__}."
+                )
+            self.algorithm.check_mesh(self.mesh, num_runs=self.num_seeds)
         if self.env_kwargs and self.env_name is None:
             raise ValueError("Trainer: env_kwargs needs env_name (the id they go to).")
 
@@ -310,6 +339,14 @@ class Trainer(eqx.Module):
     def steps_per_iteration(self) -> int:
         """Environment steps per iteration (summed over environments, per seed)."""
         return steps_per_iteration(self.algorithm)
+
+    def _place(self, state: PyTree) -> PyTree:
+        """`state` on the mesh's devices (as it is without a mesh)."""
+        if self.mesh is None:
+            return state
+        return self.algorithm.place_state(
+            state, self.mesh, batched=self.num_seeds is not None
+        )
 
     def _say(self, text: str) -> None:
         if self.verbose:
@@ -364,6 +401,8 @@ class Trainer(eqx.Module):
             self.eval_deterministic,
             self.num_seeds,
         )
+        if jax.process_count() > 1:  # the episodes span processes
+            returns, lengths = map(jnp.asarray, _to_host((returns, lengths)))
         return EvaluationResult(returns=returns, lengths=lengths)
 
     def _evaluation_rows(
@@ -423,11 +462,16 @@ class Trainer(eqx.Module):
             raise ValueError("Trainer.fit(resume=True) needs an output folder (out=).")
         # Everything that can fail for a wrong folder or checkpoint fails here,
         # before anything is compiled or written.
-        folder = (
-            None
-            if self.out is None
-            else _RunFolder.open(Path(self.out), resume, self._config())
-        )
+        folder = None
+        if self.out is not None:
+            # One process owns the folder (the lock, the logs); with several
+            # processes (`jax.distributed`) the others follow it to read and write
+            # their checkpoint shards.
+            if _primary():
+                folder = _RunFolder.open(Path(self.out), resume, self._config())
+            _sync("eqxrl: run folder open")
+            if not _primary():
+                folder = _RunFolder.follow(Path(self.out), resume, self._config())
         loggers: tuple = ()
         progress = None
         try:
@@ -524,7 +568,7 @@ class Trainer(eqx.Module):
                 # logged twice.
                 logger.resume(iteration, iteration * self.steps_per_iteration)
             logger.start(run_config)
-        if folder is not None:
+        if folder is not None and _primary():
             _write_json(folder.path / "config.json", run_config)
         return loggers
 
@@ -543,7 +587,9 @@ class Trainer(eqx.Module):
         )
         start = time.perf_counter()
         if state is None:
+            # Built on one device, then placed on the mesh (see `train_seeds`).
             state = _init(algorithm, jr.key(seed), self.num_seeds)
+        state = self._place(state)
         run_chunk = eqx.filter_jit(
             _run_chunk,
             donate="all-except-first",
@@ -555,6 +601,7 @@ class Trainer(eqx.Module):
             jnp.int32(0),
             self.chunk_size,
             self.num_seeds is not None,
+            self.mesh,
         ).compile()
         compile_seconds = time.perf_counter() - start
         self._say(f"compiled in {compile_seconds:.1f} s")
@@ -592,10 +639,10 @@ class Trainer(eqx.Module):
                 jnp.int32(count),
                 self.chunk_size,
                 self.num_seeds is not None,
+                self.mesh,
             )
-            metrics = {
-                k: np.asarray(v[:count]) for k, v in jax.device_get(metrics).items()
-            }
+            metrics, diverged = _to_host((metrics, diverged))
+            metrics = {k: np.asarray(v[:count]) for k, v in metrics.items()}
             history.append(metrics)
             chunk_end = time.perf_counter() - loop_start
             first = iteration
@@ -676,12 +723,14 @@ class Trainer(eqx.Module):
                 + f"): return {final['return_mean']:.4g} +- "
                 f"{final['return_std']:.3g}"
             )
-        if folder is not None:
+        if folder is not None and _primary():
             _write_json(folder.path / "summary.json", summary)
             if iteration == self.algorithm.num_iterations:
                 self._plot(folder.path)
 
     def _make_loggers(self, folder: "_RunFolder | None", resumed: bool) -> tuple:
+        if not _primary():
+            return ()
         if self.loggers is not None:
             return tuple(self.loggers)
         loggers: list[AbstractLogger] = [ConsoleLogger()] if self.verbose else []
@@ -731,9 +780,12 @@ class Trainer(eqx.Module):
             "num_seeds": self.num_seeds,
             "time": elapsed,
         }
-        path = checkpoint_path(folder.checkpoints_dir, iteration)
+        sharded = self.mesh is not None
+        path = checkpoint_path(folder.checkpoints_dir, iteration, sharded=sharded)
+        # A run over a mesh writes a sharded checkpoint: each process its shards.
+        write = write_sharded_checkpoint if sharded else write_checkpoint_file
         try:
-            write_checkpoint_file(
+            write(
                 path,
                 state,
                 kind="training_state",
@@ -751,14 +803,19 @@ class Trainer(eqx.Module):
                 else "No checkpoint of this run was written yet."
             )
             raise CheckpointError(f"{error} {last}") from None
-        prune_checkpoints(folder.checkpoints_dir, self.keep_checkpoints)
+        if _primary():
+            prune_checkpoints(folder.checkpoints_dir, self.keep_checkpoints)
+        _sync(f"eqxrl: checkpoint {iteration} pruned")
         folder.checkpoints = list_checkpoints(folder.checkpoints_dir)
 
     def _resume(self, folder: "_RunFolder", seed: int) -> tuple[PyTree, int, float]:
         path = folder.checkpoints[-1][1]
         try:
             state, _, header = load_training_state(
-                path, algorithm=self.algorithm, expected_config=folder.config
+                path,
+                algorithm=self.algorithm,
+                expected_config=folder.config,
+                mesh=self.mesh,
             )
         except CheckpointError as error:
             hint = ""
@@ -778,8 +835,8 @@ class Trainer(eqx.Module):
                     "same value to resume exactly."
                 )
         iteration = int(metadata["iteration"])
-        counted = getattr(state, "iteration", None)
-        if eqx.is_array(counted) and not bool(np.all(np.asarray(counted) == iteration)):
+        counted = _to_host(getattr(state, "iteration", None))
+        if counted is not None and not bool(np.all(np.asarray(counted) == iteration)):
             raise CheckpointError(
                 f"Cannot resume from {path}: its header says iteration {iteration:,d} "
                 f"but the state it holds has done {np.asarray(counted).ravel()[0]:,d} "
@@ -819,6 +876,10 @@ class Trainer(eqx.Module):
         if self.num_seeds is not None:
             single = jtu.tree_map(lambda x: x[best] if eqx.is_array(x) else x, state)
             extras["policy_seed_index"] = best
+        if jax.process_count() > 1:
+            single = _to_local(single)
+        if not _primary():
+            return extras
         save_policy(
             out / "policy.eqx",
             single,
@@ -857,6 +918,41 @@ class Trainer(eqx.Module):
             self._say(f"no curve.png: {error}")
         except FileNotFoundError:
             pass
+
+
+def _primary() -> bool:
+    """Whether this is the process that writes logs, plots and the run folder's
+    files (process 0; the only one without `jax.distributed`)."""
+    return jax.process_index() == 0
+
+
+def _sync(name: str) -> None:
+    """Wait for every process (with `jax.distributed`; nothing otherwise)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def _to_host(tree: PyTree) -> PyTree:
+    """`tree`'s arrays as NumPy arrays on this host. With several processes the
+    arrays span processes, and every process gets the whole of each."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def _to_local(tree: PyTree) -> PyTree:
+    """`tree` with arrays that span processes replaced by whole copies on this
+    process's device (PRNG keys included)."""
+
+    def local(leaf: Any) -> Any:
+        if not isinstance(leaf, jax.Array):
+            return leaf
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            data = jnp.asarray(_to_host(jr.key_data(leaf)))
+            return jr.wrap_key_data(data, impl=jr.key_impl(leaf))
+        return jnp.asarray(_to_host(leaf))
+
+    return jtu.tree_map(local, tree)
 
 
 def _raise_if_diverged(
@@ -918,11 +1014,20 @@ class _RunFolder:
                 folder.refuse_earlier_results()
             folder.checkpoints_dir.mkdir(exist_ok=True)
             for stale in folder.checkpoints_dir.glob(".checkpoint-*.tmp"):
-                stale.unlink(missing_ok=True)  # left by a process killed mid-write
+                # Left by a process killed mid-write (a sharded one is a folder).
+                if stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink(missing_ok=True)
         except BaseException:
             _unlock(lock)
             raise
         return folder
+
+    @classmethod
+    def follow(cls, path: Path, resume: bool, config: dict[str, Any]) -> "_RunFolder":
+        """The folder another process (process 0) has opened: read, not locked."""
+        return cls(path, resume, config, None)
 
     def refuse_earlier_results(self) -> None:
         found = [name for name in _RESULT_FILES if (self.path / name).exists()]

@@ -1,0 +1,313 @@
+"""What training over several devices costs and saves, as far as a CPU can show it.
+
+Parts (`--parts`, default all), each in a subprocess with its own number of
+simulated CPU devices (`--xla_force_host_platform_device_count`):
+
+- `overhead`: PPO on CartPole-v1 (`--num-envs` x 128 steps) as the one-device
+  program `ppo.train(key)` against the sharded program on a one-device mesh,
+  `ppo.train(key, mesh=mesh)`, alternated (A B A B, `--pairs`); compile time apart.
+  The target is 1.00x.
+- `seeds`: `--seeds` PPO seeds with `eqxrl.train_seeds`, on 1 device (XLA's CPU
+  device uses every core) against split over 2 simulated devices (one per core of
+  a 2-core machine), alternated. Simulated devices share the host's cores, so this
+  says what the split costs or saves on this machine, not what 2 accelerators do.
+- `memory`: per-device memory of PPO on Snake (`--snake-envs` x `--snake-steps`,
+  the Snake example's configuration) on 1, 2, 4 and 8 devices, from the compiled
+  program's memory analysis (arguments, outputs and scratch of one device).
+- `model`: the scaling model's inputs: the collectives (all-reduce, all-gather)
+  that XLA's partitioner put in the compiled 8-device program, with their sizes,
+  for PPO on CartPole (8 envs x 128 steps) and Snake, and DQN on CartPole.
+
+    .venv/bin/python benchmarks/scaling.py
+    .venv/bin/python benchmarks/scaling.py --parts overhead --pairs 1 --num-envs 4 \\
+        --total-timesteps 4096
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+PARTS = ("overhead", "seeds", "memory", "model")
+
+
+def child(part: str, options: dict) -> None:
+    """Runs in a subprocess whose device count is already set."""
+    import equinox as eqx
+    import jax
+
+    import eqxrl
+
+    def block(tree):
+        jax.block_until_ready(eqx.filter(tree, eqx.is_array))
+
+    def cartpole_ppo(num_envs, total_timesteps):
+        return eqxrl.PPO(
+            env=eqxrl.envs.make("CartPole-v1"),
+            num_envs=num_envs,
+            num_steps=128,
+            total_timesteps=total_timesteps,
+        )
+
+    def compile_sharded(algorithm, mesh):
+        """The whole sharded run (initialization included) compiled, not run."""
+
+        def run(key):
+            return algorithm.train(key, mesh=mesh)
+
+        return jax.jit(run).lower(jax.random.key(0)).compile()
+
+    result: dict = {"devices": jax.device_count()}
+    if part == "overhead":
+        ppo = cartpole_ppo(options["num_envs"], options["total_timesteps"])
+        mesh = jax.make_mesh((1,), ("envs",))
+        key = jax.random.key(0)
+        start = time.perf_counter()
+        ppo.lower(key).compile()
+        result["compile_plain"] = time.perf_counter() - start
+        start = time.perf_counter()
+        ppo.lower(key, mesh=mesh).compile()
+        result["compile_sharded"] = time.perf_counter() - start
+        block(ppo.train(key))  # warm-up: the compiled programs are cached
+        block(ppo.train(key, mesh=mesh))
+        plain, sharded = [], []
+        for _ in range(options["pairs"]):
+            start = time.perf_counter()
+            block(ppo.train(key))
+            plain.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            block(ppo.train(key, mesh=mesh))
+            sharded.append(time.perf_counter() - start)
+        result.update(plain=plain, sharded=sharded, steps=ppo.total_timesteps)
+    elif part == "seeds":
+        ppo = cartpole_ppo(options["num_envs"], options["total_timesteps"])
+        keys = jax.random.split(jax.random.key(0), options["seeds"])
+        mesh = jax.make_mesh((2,), ("seeds",))
+        for name, run_mesh in (("one", None), ("split", mesh)):
+            start = time.perf_counter()
+            block(eqxrl.train_seeds(ppo, keys, mesh=run_mesh))
+            result[f"first_{name}"] = time.perf_counter() - start  # with compiling
+        one, split = [], []
+        for _ in range(options["pairs"]):
+            start = time.perf_counter()
+            block(eqxrl.train_seeds(ppo, keys))
+            one.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            block(eqxrl.train_seeds(ppo, keys, mesh=mesh))
+            split.append(time.perf_counter() - start)
+        result.update(one=one, split=split, steps=ppo.total_timesteps * len(keys))
+    elif part == "memory":
+        num_envs, num_steps = options["snake_envs"], options["snake_steps"]
+        ppo = eqxrl.PPO(
+            env=eqxrl.envs.make("Snake-v0"),
+            num_envs=num_envs,
+            num_steps=num_steps,
+            total_timesteps=num_envs * num_steps,
+            num_minibatches=8,
+        )
+        rows = []
+        for devices in (1, 2, 4, 8):
+            mesh = jax.make_mesh((devices,), ("envs",), devices=jax.devices()[:devices])
+            start = time.perf_counter()
+            compiled = compile_sharded(ppo, mesh)
+            seconds = time.perf_counter() - start
+            memory = compiled.memory_analysis()
+            rows.append(
+                {
+                    "devices": devices,
+                    "compile": seconds,
+                    "arguments": memory.argument_size_in_bytes,
+                    "outputs": memory.output_size_in_bytes,
+                    "scratch": memory.temp_size_in_bytes,
+                }
+            )
+        result["rows"] = rows
+    elif part == "model":
+        rows = []
+        env = eqxrl.envs.make("CartPole-v1")
+        snake = eqxrl.envs.make("Snake-v0")
+        for name, algorithm in (
+            ("PPO CartPole, 8 envs x 128", cartpole_ppo(8, 8 * 128)),
+            (
+                "PPO Snake, 8 envs x 128",
+                eqxrl.PPO(env=snake, num_envs=8, num_steps=128, total_timesteps=1024),
+            ),
+            (
+                "DQN CartPole, 8 envs, batch 16",
+                eqxrl.DQN(
+                    env=env,
+                    num_envs=8,
+                    total_timesteps=8 * 40,
+                    learning_starts=80,
+                    buffer_size=160,
+                    batch_size=16,
+                ),
+            ),
+        ):
+            state = eqx.filter_eval_shape(algorithm.init, jax.random.key(0))
+            model = state.model if hasattr(state, "model") else state.network
+            parameters = sum(
+                math.prod(leaf.shape)
+                for leaf in jax.tree.leaves(model)
+                if isinstance(leaf, jax.ShapeDtypeStruct)
+            )
+            mesh = jax.make_mesh((8,), ("envs",))
+            text = compile_sharded(algorithm, mesh).as_text()
+            collectives = {"all-reduce": [0, 0], "all-gather": [0, 0]}
+            for line in text.splitlines():
+                for op, totals in collectives.items():
+                    if f" {op}(" in line:
+                        result_type = line.split(f" {op}(")[0].split("=", 1)[1]
+                        totals[0] += 1
+                        totals[1] += collective_bytes(result_type)
+            rows.append(
+                {
+                    "name": name,
+                    "parameters": parameters,
+                    "collectives": collectives,
+                    "updates_per_iteration": getattr(algorithm, "num_epochs", 1)
+                    * getattr(algorithm, "num_minibatches", 1),
+                }
+            )
+        result["rows"] = rows
+    print(json.dumps(result))
+
+
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2}
+
+
+def collective_bytes(result_type: str) -> int:
+    """Bytes of a collective's result, from its HLO type (e.g. `(f32[4], s32[])`)."""
+    import re
+
+    total = 0
+    for dtype, dims in re.findall(r"([a-z]+\d*)\[([\d,]*)\]", result_type):
+        size = math.prod(int(d) for d in dims.split(",") if d)
+        total += size * DTYPE_BYTES.get(dtype, 4)
+    return total
+
+
+def run_part(part: str, devices: int, options: dict) -> dict:
+    environment = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    }
+    output = subprocess.run(
+        [sys.executable, __file__, "--child", part, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    if output.returncode != 0:
+        raise SystemExit(f"part {part} failed:\n{output.stderr[-3000:]}")
+    return json.loads(output.stdout.splitlines()[-1])
+
+
+def ratios(ours: list[float], base: list[float]) -> tuple[float, float]:
+    """Median and best of per-pair speed ratios (base time / our time)."""
+    pairs = [b / a for a, b in zip(ours, base)]
+    return statistics.median(pairs), max(pairs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--total-timesteps", type=int, default=64 * 128 * 32)
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--snake-envs", type=int, default=4096)
+    parser.add_argument("--snake-steps", type=int, default=128)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    options = {
+        "pairs": args.pairs,
+        "num_envs": args.num_envs,
+        "total_timesteps": args.total_timesteps,
+        "seeds": args.seeds,
+        "snake_envs": args.snake_envs,
+        "snake_steps": args.snake_steps,
+    }
+    if args.child:
+        child(args.child[0], json.loads(args.child[1]))
+        return
+
+    if "overhead" in args.parts:
+        result = run_part("overhead", 1, options)
+        median, best = ratios(result["sharded"], result["plain"])
+        print(
+            f"overhead: PPO CartPole {args.num_envs} envs x 128 steps, "
+            f"{result['steps']:,d} steps, {args.pairs} pairs"
+        )
+        print(
+            f"  compile: one-device {result['compile_plain']:.1f} s, sharded on a "
+            f"1-device mesh {result['compile_sharded']:.1f} s"
+        )
+        print(
+            f"  run: one-device median {statistics.median(result['plain']):.2f} s, "
+            f"sharded median {statistics.median(result['sharded']):.2f} s"
+        )
+        print(
+            f"  sharded speed / one-device speed: median {median:.3f}x best {best:.3f}x"
+        )
+    if "seeds" in args.parts:
+        result = run_part("seeds", 2, options)
+        median, best = ratios(result["split"], result["one"])
+        steps = result["steps"]
+        print(
+            f"seeds: {args.seeds} PPO seeds x {args.total_timesteps:,d} steps, "
+            f"{args.pairs} pairs (2 simulated devices share this machine's cores)"
+        )
+        print(
+            f"  first call (with compiling): 1 device {result['first_one']:.1f} s, "
+            f"2 devices {result['first_split']:.1f} s"
+        )
+        print(
+            f"  1 device: median {steps / statistics.median(result['one']):,.0f} "
+            f"steps/s | split over 2 devices: median "
+            f"{steps / statistics.median(result['split']):,.0f} steps/s"
+        )
+        print(
+            f"  split speed / one-device speed: median {median:.3f}x best {best:.3f}x"
+        )
+    if "memory" in args.parts:
+        result = run_part("memory", 8, options)
+        print(
+            f"memory: PPO Snake {args.snake_envs} envs x {args.snake_steps} steps, "
+            "per device (MiB)"
+        )
+        print("  devices  arguments  outputs  scratch   total  compile")
+        for row in result["rows"]:
+            total = row["arguments"] + row["outputs"] + row["scratch"]
+            print(
+                f"  {row['devices']:7d}  {row['arguments'] / 2**20:9.1f}  "
+                f"{row['outputs'] / 2**20:7.1f}  {row['scratch'] / 2**20:7.1f}  "
+                f"{total / 2**20:6.1f}  {row['compile']:5.1f} s"
+            )
+    if "model" in args.parts:
+        result = run_part("model", 8, options)
+        print(
+            "model: the collectives in the compiled program over 8 devices (each "
+            "appears once in the program text; most run once per step or update)"
+        )
+        print(
+            "  run                             parameters  all-reduce ops (bytes)  "
+            "all-gather ops (bytes)"
+        )
+        for row in result["rows"]:
+            reduce_ops, reduce_bytes = row["collectives"]["all-reduce"]
+            gather_ops, gather_bytes = row["collectives"]["all-gather"]
+            print(
+                f"  {row['name']:32s} {row['parameters']:10,d}  "
+                f"{reduce_ops:6d} ({reduce_bytes:10,d})  "
+                f"{gather_ops:6d} ({gather_bytes:10,d})"
+            )
+
+
+if __name__ == "__main__":
+    main()
