@@ -527,3 +527,70 @@ def test_missing_brax_says_which_extra(monkeypatch):
         from_brax("inverted_pendulum")
     with pytest.raises(ImportError, match=r"eqxrl\[brax\]"):
         to_brax(CartPole())
+
+
+# -- PPO with Brax's hyperparameters ---------------------------------------------------
+
+# What PPO.from_brax_hyperparameters translates, with Brax's defaults.
+TRANSLATED_BRAX_ARGUMENTS = (
+    "num_envs", "action_repeat", "learning_rate", "entropy_cost", "discounting",
+    "unroll_length", "batch_size", "num_minibatches", "num_updates_per_batch",
+    "num_resets_per_eval", "normalize_observations", "reward_scaling",
+    "clipping_epsilon", "clipping_epsilon_value", "gae_lambda", "max_grad_norm",
+    "normalize_advantage", "vf_loss_coefficient", "num_evals",
+)  # fmt: skip
+
+
+def test_brax_hyperparameters_left_out_take_brax_defaults(pendulum):
+    """Brax's own defaults (read from its `ppo.train` and `make_ppo_networks`)
+    give the same PPO as leaving the arguments out: the translation's copy of the
+    defaults matches the installed Brax."""
+    import inspect
+
+    from brax.training.agents.ppo import networks as brax_networks, train as brax_ppo
+
+    train_defaults = inspect.signature(brax_ppo.train).parameters
+    defaults = {
+        name: train_defaults[name].default for name in TRANSLATED_BRAX_ARGUMENTS
+    }
+    network_defaults = inspect.signature(brax_networks.make_ppo_networks).parameters
+    for name in ("policy_hidden_layer_sizes", "value_hidden_layer_sizes"):
+        defaults[name] = network_defaults[name].default
+    defaults["activation"] = network_defaults["activation"].default
+    env = from_brax(pendulum)
+    required = dict(num_timesteps=100_000, episode_length=100)
+    implicit = eqxrl.PPO.from_brax_hyperparameters(env, **required)
+    explicit = eqxrl.PPO.from_brax_hyperparameters(env, **required, **defaults)
+    assert eqx.tree_equal(implicit, explicit)
+    # Brax's default policy: tanh-squashed with the softplus scale from the actor.
+    assert network_defaults["distribution_type"].default == "tanh_normal"
+    assert implicit.squash_actions and implicit.std_parameterization == "softplus"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:jax.device_put_replicated:DeprecationWarning")
+def test_translated_ppo_runs_the_environment_steps_brax_runs():
+    if not hasattr(jax, "device_put_replicated"):
+        pytest.skip(f"Brax's trainers need jax<0.9, JAX {jax.__version__} installed.")
+    from brax.training.agents.ppo import train as brax_ppo
+
+    brax_env = brax.envs.get_environment("inverted_pendulum", backend="spring")
+    settings = dict(
+        num_timesteps=1000, num_evals=3, episode_length=20, num_envs=8,
+        batch_size=8, num_minibatches=4, unroll_length=5, num_updates_per_batch=2,
+        num_eval_envs=4,
+    )  # fmt: skip
+    steps = []
+    # Brax's spring physics and its normalizer rely on NumPy's rank promotion.
+    with jax.numpy_rank_promotion("allow"):
+        ppo = eqxrl.PPO.from_brax_hyperparameters(from_brax(brax_env), **settings)
+        brax_ppo.train(
+            environment=brax_env,
+            progress_fn=lambda step, metrics: steps.append(step),
+            **settings,
+        )
+    # 160 steps per training step (8 unrolls of 5 steps by 4 minibatches), 2
+    # epochs of ceil(1000 / 320) = 4 training steps.
+    assert steps[-1] == ppo.total_timesteps == 8 * 160
+    assert ppo.num_envs * ppo.num_steps == 160 and ppo.minibatch_size == 8 * 5
+    assert np.diff(steps).tolist() == [640, 640]  # after the initial evaluation

@@ -1,7 +1,7 @@
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -9,6 +9,7 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
@@ -16,7 +17,7 @@ from .._config import in_range
 from .._filters import filter_scan
 from .._random import permutation as random_permutation, split
 from ..buffers import Transition
-from ..distributions import MaskedCategorical
+from ..distributions import DiagonalGaussian, MaskedCategorical
 from ..envs import (
     AbstractEnvironment,
     AutoReset,
@@ -40,6 +41,7 @@ from ..nn import (
     update_observation_statistics,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
+from ._brax_ppo import brax_ppo_arguments
 from ._checks import (
     check_actor_critic,
     refuse_auto_reset,
@@ -61,6 +63,28 @@ def _key_tuple(name: str, keys: Any) -> tuple[str, ...] | None:
     if not keys:
         raise ValueError(f"PPO: {name} is empty; give at least one key, or None.")
     return tuple(keys)
+
+
+def _optional_tuple(sizes: Any) -> tuple[int, ...] | None:
+    return None if sizes is None else tuple(sizes)
+
+
+Activation = Literal["tanh", "relu", "swish", "elu", "gelu"]
+StdParameterization = Literal["log", "softplus"]
+# The activations PPO's default network can use, by name (a name, unlike a
+# function, is written to configs and checkpoint headers).
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "tanh": jax.nn.tanh,
+    "relu": jax.nn.relu,
+    "swish": jax.nn.swish,
+    "elu": jax.nn.elu,
+    "gelu": jax.nn.gelu,
+}
+
+
+def _is_squashed(distribution: Any) -> bool:
+    """Whether PPO stores this distribution's samples before the `tanh`."""
+    return isinstance(distribution, DiagonalGaussian) and distribution.squash
 
 
 class PPOState(eqx.Module):
@@ -107,12 +131,16 @@ class PPO(AbstractAlgorithm[PPOState]):
     `num_epochs` passes of `num_minibatches` minibatch updates. Action masks returned
     by the environment are stored with each transition and applied identically when
     acting and when updating (masked actions are never taken). Continuous (`Box`)
-    action spaces get a diagonal Gaussian policy.
+    action spaces get a diagonal Gaussian policy, optionally squashed by `tanh`
+    with a state-dependent softplus scale as in Brax's PPO (`squash_actions`,
+    `state_dependent_std`, `std_parameterization`; see
+    [Continuous control](../continuous-control.md) and
+    [`from_brax_hyperparameters`][eqxrl.PPO.from_brax_hyperparameters]).
 
     Sweepable numbers (`learning_rate`, `gamma`, `gae_lambda`, `clip_eps`, `ent_coef`,
-    `vf_coef`, `max_grad_norm`) are float32 array leaves: build PPO inside
-    `jax.vmap` over a batch of them to train a sweep in one compilation. The rest is
-    static: changing it compiles a new program.
+    `vf_coef`, `max_grad_norm`, `reward_scale`) are float32 array leaves: build PPO
+    inside `jax.vmap` over a batch of them to train a sweep in one compilation. The
+    rest is static: changing it compiles a new program.
 
     **Arguments:**
 
@@ -139,12 +167,40 @@ class PPO(AbstractAlgorithm[PPOState]):
       policy.
     - `normalize_rewards`: scale rewards by the running standard deviation of the
       discounted return (as Stable-Baselines3's `VecNormalize`).
+    - `reward_scale`: multiply every reward by this constant before computing
+      advantages and value targets (Brax's `reward_scaling`), so the critic learns
+      scaled returns; reported episode returns stay unscaled. Applied before
+      `normalize_rewards` (which then cancels it up to its clipping). `None`
+      (default): rewards as they come.
     - `hidden_sizes`: widths of the default MLP layers. The default network is
       `MLPActorCritic` (`Discrete` actions) or `MLPGaussianActorCritic` (`Box`
       actions) for `Box` observations, and
       [`MultiInputActorCritic`][eqxrl.nn.MultiInputActorCritic] for structured
       (`Dict`, `Tuple`) or `Discrete` observations: one-hot discrete leaves, a CNN
       for image leaves, flattened vectors.
+    - `actor_hidden_sizes`: widths of the default network's actor (policy) layers;
+      `None`: `hidden_sizes`.
+    - `critic_hidden_sizes`: widths of the default network's critic (value) layers;
+      `None`: `hidden_sizes`. Brax's PPO uses `(32, 32, 32, 32)` and
+      `(256, 256, 256, 256, 256)`.
+    - `activation`: the default network's activation between layers: `"tanh"`
+      (default), `"relu"`, `"swish"` (Brax's), `"elu"` or `"gelu"`.
+    - `squash_actions`: (`Box` actions) squash the default network's Gaussian
+      samples into `(-1, 1)` with `tanh`, as Brax's `NormalTanhDistribution`; the
+      action space must be `[-1, 1]` (wrap it in
+      [`RescaleAction`][eqxrl.envs.RescaleAction] otherwise). The rollout stores
+      the sample before the `tanh`, so log-probabilities are exact (see
+      [`DiagonalGaussian`][eqxrl.distributions.DiagonalGaussian]), and the entropy
+      bonus uses the squashed distribution's one-sample estimate
+      (`entropy_estimate`), as Brax does. This holds for any network whose
+      distribution is a squashed `DiagonalGaussian`, `network_factory`'s included.
+    - `state_dependent_std`: (`Box` actions) the default network's actor outputs
+      the standard deviation's parameters too, instead of a learned vector.
+    - `std_parameterization`: (`Box` actions) `"log"` (default: the parameter is
+      the log-std) or `"softplus"` (the std is `softplus(parameter) + 0.001`, as
+      Brax's); see [`MLPGaussianActorCritic`][eqxrl.nn.MLPGaussianActorCritic].
+      Brax's PPO policy is `squash_actions=True, state_dependent_std=True,
+      std_parameterization="softplus"`.
     - `actor_keys`: with a `Dict` observation space, the keys the default
       network's actor reads (e.g. `("state",)`); `None` reads all.
     - `critic_keys`: the keys the default network's critic reads (e.g.
@@ -202,7 +258,21 @@ class PPO(AbstractAlgorithm[PPOState]):
     normalize_advantages: bool = eqx.field(static=True, default=True)
     normalize_observations: bool = eqx.field(static=True, default=False)
     normalize_rewards: bool = eqx.field(static=True, default=False)
+    reward_scale: Float[Array, ""] | None = eqx.field(
+        default=None,
+        converter=in_range("reward_scale", 0.0, math.inf, finite=True, optional=True),
+    )
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    actor_hidden_sizes: tuple[int, ...] | None = eqx.field(
+        static=True, default=None, converter=_optional_tuple
+    )
+    critic_hidden_sizes: tuple[int, ...] | None = eqx.field(
+        static=True, default=None, converter=_optional_tuple
+    )
+    activation: Activation = eqx.field(static=True, default="tanh")
+    squash_actions: bool = eqx.field(static=True, default=False)
+    state_dependent_std: bool = eqx.field(static=True, default=False)
+    std_parameterization: StdParameterization = eqx.field(static=True, default="log")
     network_factory: NetworkFactory | None = eqx.field(static=True, default=None)
     actor_keys: tuple[str, ...] | None = eqx.field(
         static=True, default=None, converter=lambda k: _key_tuple("actor_keys", k)
@@ -234,11 +304,19 @@ class PPO(AbstractAlgorithm[PPOState]):
                 f"iteration (num_envs * num_steps = {batch_size}); raise "
                 "total_timesteps or lower num_envs / num_steps."
             )
-        if any(not isinstance(w, int) or w < 1 for w in self.hidden_sizes):
+        for name in ("hidden_sizes", "actor_hidden_sizes", "critic_hidden_sizes"):
+            sizes = getattr(self, name)
+            if sizes is not None and any(
+                not isinstance(w, int) or w < 1 for w in sizes
+            ):
+                raise ValueError(f"PPO: {name}={sizes} must be positive integers.")
+        if self.activation not in ACTIVATIONS:
             raise ValueError(
-                f"PPO: hidden_sizes={self.hidden_sizes} must be positive integers."
+                f"PPO: activation={self.activation!r} is not one of "
+                f"{sorted(ACTIVATIONS)}; for another, pass network_factory."
             )
         refuse_auto_reset("PPO", self.env)
+        self._check_gaussian_options()
         if self.network_factory is None and not isinstance(
             self.env.action_space, Discrete | Box
         ):
@@ -268,6 +346,73 @@ class PPO(AbstractAlgorithm[PPOState]):
                     )
         check_actor_critic("PPO", self.env, self.make_network, self.network_factory)
 
+    @classmethod
+    def from_brax_hyperparameters(
+        cls, env: AbstractEnvironment, **brax_arguments: Any
+    ) -> "PPO":
+        """PPO configured as Brax's `brax.training.agents.ppo.train(environment,
+        **brax_arguments)` (Brax 0.14): the same environment steps per iteration,
+        minibatch size, passes and total environment steps, and Brax's policy
+        (tanh-squashed Gaussian with a softplus scale from the actor, swish
+        layers of `(32,) * 4` for the policy and `(256,) * 5` for the value).
+
+        Brax's hyperparameters, e.g. the published ones of its training notebook,
+        go in unchanged: `PPO.from_brax_hyperparameters(env, **train_fn.keywords)`
+        for a `functools.partial(ppo.train, ...)`. Arguments left out take Brax's
+        defaults. The table of what becomes what (and what differs) is in
+        [Continuous control](../continuous-control.md#from-brax-to-eqxrl). In short,
+        with `U = unroll_length`, `B = batch_size`, `M = num_minibatches`,
+        `E = num_envs`:
+
+        - `num_steps = U * B * M / E`, so an iteration collects `B * M * U` steps
+          (Brax's `env_step_per_training_step`); `num_minibatches = M` (minibatches
+          of `B * U` transitions); `num_epochs = num_updates_per_batch`;
+        - `total_timesteps`: the steps Brax runs, `num_timesteps` rounded up to
+          whole training steps in each of its `max(num_evals - 1, 1)` epochs;
+        - `discounting`, `entropy_cost`, `clipping_epsilon`, `reward_scaling`,
+          `vf_loss_coefficient`, `normalize_advantage`, `max_grad_norm` (`None`:
+          no clipping) become `gamma`, `ent_coef`, `clip_eps`, `reward_scale`,
+          `vf_coef`, `normalize_advantages`, `max_grad_norm`; no learning-rate
+          annealing; no value clipping unless `clipping_epsilon_value`;
+        - `episode_length` adds a [`TimeLimit`][eqxrl.envs.TimeLimit] (Brax's
+          `EpisodeWrapper`); the environment's actions must lie in `[-1, 1]`, as
+          Brax's do (see [`from_brax`][eqxrl.envs.from_brax]);
+        - host-side arguments (`seed`, `num_evals` apart from the rounding above,
+          `num_eval_envs`, `deterministic_eval`, `progress_fn`, ...) are accepted
+          and not used; arguments with no eqxrl equivalent (`action_repeat != 1`,
+          learning-rate schedules, `randomization_fn`, vision, ...) raise a
+          `ValueError` naming them.
+
+        **Arguments:**
+
+        - `env`: the eqxrl environment (e.g. `eqxrl.envs.from_brax(brax_env)`),
+          without a time limit (`episode_length` adds it).
+        - `**brax_arguments`: keyword arguments of Brax's `ppo.train`, and
+          optionally `policy_hidden_layer_sizes`, `value_hidden_layer_sizes` and
+          `activation` of its `make_ppo_networks` (directly, or as a
+          `network_factory=functools.partial(make_ppo_networks, ...)`).
+
+        **Returns:**
+
+        The `PPO`.
+
+        !!! example
+
+            ```python
+            # Brax's published settings for inverted_pendulum (training notebook).
+            env = eqxrl.envs.from_brax("inverted_pendulum", backend="spring")
+            ppo = eqxrl.PPO.from_brax_hyperparameters(
+                env, num_timesteps=2_000_000, num_evals=20, reward_scaling=10,
+                episode_length=1000, normalize_observations=True, action_repeat=1,
+                unroll_length=5, num_minibatches=32, num_updates_per_batch=4,
+                discounting=0.97, learning_rate=3e-4, entropy_cost=1e-2,
+                num_envs=2048, batch_size=1024, seed=1,
+            )
+            ppo.num_steps, ppo.total_timesteps  # 80, 3_112_960 (as Brax runs)
+            ```
+        """
+        return cls(**brax_ppo_arguments(env, brax_arguments, ACTIVATIONS))
+
     @property
     def num_iterations(self) -> int:
         return self.total_timesteps // (self.num_envs * self.num_steps)
@@ -289,6 +434,18 @@ class PPO(AbstractAlgorithm[PPOState]):
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
         action_space = self.env.action_space
+        sizes = dict(
+            hidden_sizes=self.actor_hidden_sizes or self.hidden_sizes,
+            critic_hidden_sizes=self.critic_hidden_sizes or self.hidden_sizes,
+            activation=ACTIVATIONS[self.activation],
+        )
+        gaussian = {}
+        if isinstance(action_space, Box):
+            gaussian = dict(
+                state_dependent_std=self.state_dependent_std,
+                squash=self.squash_actions,
+                std_parameterization=self.std_parameterization,
+            )
         if (
             not isinstance(self.env.observation_space, Box)
             or self.actor_keys is not None
@@ -299,7 +456,8 @@ class PPO(AbstractAlgorithm[PPOState]):
                 action_space,
                 actor_keys=self.actor_keys,
                 critic_keys=self.critic_keys,
-                hidden_sizes=self.hidden_sizes,
+                **sizes,
+                **gaussian,
                 key=key,
             )
         observation_size = math.prod(self.env.observation_space.shape)
@@ -307,15 +465,67 @@ class PPO(AbstractAlgorithm[PPOState]):
             return MLPGaussianActorCritic(
                 observation_size,
                 math.prod(action_space.shape),
-                hidden_sizes=self.hidden_sizes,
+                **sizes,
+                **gaussian,
                 key=key,
             )
         return MLPActorCritic(
-            observation_size,
-            action_space.num_values,
-            hidden_sizes=self.hidden_sizes,
-            key=key,
+            observation_size, action_space.num_values, **sizes, key=key
         )
+
+    def _check_gaussian_options(self) -> None:
+        """The default network's options: not with `network_factory`; the Gaussian
+        ones for `Box` actions only, `squash_actions` for `[-1, 1]` bounds."""
+        network_options = [
+            name
+            for name, default in (
+                ("actor_hidden_sizes", None),
+                ("critic_hidden_sizes", None),
+                ("activation", "tanh"),
+                ("squash_actions", False),
+                ("state_dependent_std", False),
+                ("std_parameterization", "log"),
+            )
+            if getattr(self, name) != default
+        ]
+        if self.network_factory is not None and network_options:
+            raise ValueError(
+                f"PPO: {', '.join(network_options)} only apply to the default "
+                "network; with network_factory, build your network with them "
+                "instead."
+            )
+        if self.std_parameterization not in ("log", "softplus"):
+            raise ValueError(
+                f"PPO: std_parameterization={self.std_parameterization!r} must be "
+                "'log' or 'softplus'."
+            )
+        gaussian_options = [
+            name
+            for name in (
+                "squash_actions",
+                "state_dependent_std",
+                "std_parameterization",
+            )
+            if name in network_options
+        ]
+        space = self.env.action_space
+        if gaussian_options and not isinstance(space, Box):
+            raise ValueError(
+                f"PPO: {', '.join(gaussian_options)} only apply to a Gaussian policy "
+                f"(a Box action space); the action space is {type(space).__name__}."
+            )
+        if self.squash_actions:
+            bounds = (space.low, space.high)
+            if not any(isinstance(b, jax.core.Tracer) for b in bounds) and not (
+                np.all(np.asarray(space.low) == -1.0)
+                and np.all(np.asarray(space.high) == 1.0)
+            ):
+                raise ValueError(
+                    "PPO: squash_actions gives actions in (-1, 1), but the action "
+                    f"space is Box(low={space.low}, high={space.high}); wrap the "
+                    "environment in eqxrl.envs.RescaleAction(env) to map (-1, 1) "
+                    "onto its bounds."
+                )
 
     def acting_model(
         self, model: AbstractActorCritic, statistics: PyTree[RunningMeanStd | None]
@@ -407,11 +617,31 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     def _act(
         self, model: AbstractActorCritic, timestep: TimeStep, key: PRNGKeyArray
-    ) -> tuple[Array, Float[Array, ""], Float[Array, ""]]:
-        """One environment: sample an action (vmapped over environments)."""
+    ) -> tuple[Array, Array, Float[Array, ""], Float[Array, ""]]:
+        """One environment: sample an action (vmapped over environments).
+
+        Returns what the rollout stores (for a squashed Gaussian the sample before
+        the `tanh`, else the action), the action to step with, its log-probability
+        and the value."""
         distribution, value = model(timestep.observation, timestep.action_mask)
+        if _is_squashed(distribution):
+            pre_squash, log_prob = distribution.sample_pre_squash_and_log_prob(key)
+            return pre_squash, jnp.tanh(pre_squash), log_prob, value
         action, log_prob = distribution.sample_and_log_prob(key)
-        return action, log_prob, value
+        return action, action, log_prob, value
+
+    def _squashed_policy(self, state: PPOState) -> bool:
+        """Whether the model's distribution is a squashed `DiagonalGaussian`, whose
+        rollout stores samples before the `tanh` (decided from shapes: nothing
+        runs)."""
+        distribution, _ = eqx.filter_eval_shape(
+            lambda model, timestep: jax.vmap(model)(
+                timestep.observation, timestep.action_mask
+            ),
+            state.model,
+            state.timestep,
+        )
+        return _is_squashed(distribution)
 
     def _store_observation(self, observation: PyTree[Array]) -> PyTree[Array]:
         """The observation as the rollout stores it (`observation_storage_dtype`):
@@ -482,7 +712,7 @@ class PPO(AbstractAlgorithm[PPOState]):
             env_state, timestep = carry
             # jax.random.split's keys, computed so that XLA fuses it.
             keys = split(step_key, (self.num_envs, 2))
-            action, log_prob, value = act(model, timestep, keys[:, 0])
+            stored_action, action, log_prob, value = act(model, timestep, keys[:, 0])
             if critic_after_rollout:
                 value = jnp.zeros_like(value)
             env_state, next_timestep = step_environments(env_state, action, keys[:, 1])
@@ -490,7 +720,7 @@ class PPO(AbstractAlgorithm[PPOState]):
             truncation_values = extras.pop("episode_end")
             next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
             transition = jax.vmap(_transition)(
-                timestep, action, log_prob, value, next_timestep
+                timestep, stored_action, log_prob, value, next_timestep
             )
             transition = eqx.tree_at(
                 lambda t: t.observation,
@@ -521,10 +751,14 @@ class PPO(AbstractAlgorithm[PPOState]):
         batch: Transition,
         advantages: Float[Array, " minibatch"],
         returns: Float[Array, " minibatch"],
+        noise: Float[Array, "minibatch ..."] | None = None,
     ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """The PPO loss of a minibatch. For a squashed Gaussian policy, `noise`
+        (standard normal, one draw per action entry) samples the estimate of the
+        squashed distribution's entropy; `None` otherwise."""
         network = self.acting_model(model, observation_statistics)
 
-        def evaluate(observation, action_mask, action):
+        def evaluate(observation, action_mask, action, noise):
             observation = self._restore_observation(observation)
             distribution, value = network(observation, action_mask)
             if isinstance(distribution, MaskedCategorical):
@@ -537,11 +771,16 @@ class PPO(AbstractAlgorithm[PPOState]):
                 max_entropy = jnp.log(jnp.asarray(num_valid, jnp.float32))
             else:
                 max_entropy = jnp.float32(jnp.nan)
+            if _is_squashed(distribution):
+                # The rollout stored the sample before the tanh (see `_act`).
+                entropy = distribution.entropy_estimate(noise)
+                log_prob = distribution.log_prob_pre_squash(action)
+                return log_prob, entropy, max_entropy, value
             entropy = distribution.entropy()
             return distribution.log_prob(action), entropy, max_entropy, value
 
         log_prob, entropy, max_entropy, value = jax.vmap(evaluate)(
-            batch.observation, batch.action_mask, batch.action
+            batch.observation, batch.action_mask, batch.action, noise
         )
         log_ratio = log_prob - batch.log_prob
         ratio = jnp.exp(log_ratio)
@@ -597,6 +836,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
         next_values = jnp.where(transitions.truncated, truncation_values, next_values)
         rewards = transitions.reward
+        if self.reward_scale is not None:
+            rewards = rewards * self.reward_scale
         return_statistics = state.return_statistics
         discounted_returns = state.discounted_returns
         if self.normalize_rewards:
@@ -620,18 +861,24 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
         optimizer = self.make_optimizer()
         grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
+        squashed = self._squashed_policy(state)
 
-        def minibatch_update(carry, indices):
+        def minibatch_update(carry, inputs):
             model, optimizer_state = carry
+            indices, noise_key = inputs if squashed else (inputs, None)
             batch, batch_advantages, batch_returns = jtu.tree_map(
                 lambda x: x[indices], flat
             )
+            noise = None
+            if squashed:
+                noise = jr.normal(noise_key, batch.action.shape, jnp.float32)
             (_, statistics), grads = grad_fn(
                 model,
                 state.observation_statistics,
                 batch,
                 batch_advantages,
                 batch_returns,
+                noise,
             )
             updates, optimizer_state = optimizer.update(
                 grads, optimizer_state, eqx.filter(model, eqx.is_array)
@@ -640,8 +887,12 @@ class PPO(AbstractAlgorithm[PPOState]):
             return (model, optimizer_state), statistics
 
         def epoch(carry, epoch_key):
+            if squashed:
+                epoch_key, noise_key = split(epoch_key)
             permutation = random_permutation(epoch_key, batch_size)
             indices = permutation.reshape(self.num_minibatches, self.minibatch_size)
+            if squashed:
+                indices = (indices, split(noise_key, self.num_minibatches))
             return filter_scan(minibatch_update, carry, indices)
 
         (model, optimizer_state), statistics = filter_scan(

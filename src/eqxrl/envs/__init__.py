@@ -36,6 +36,11 @@ from ._gymnax import (
     from_gymnax as from_gymnax,
     to_gymnax as to_gymnax,
 )
+from ._jaxmarl import (
+    FromJaxMARL as FromJaxMARL,
+    FromJaxMARLState as FromJaxMARLState,
+    from_jaxmarl as from_jaxmarl,
+)
 from ._jumanji import FromJumanji as FromJumanji, from_jumanji as from_jumanji
 from ._parity import (
     FieldParity as FieldParity,

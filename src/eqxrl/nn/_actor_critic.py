@@ -1,6 +1,7 @@
 import abc
 import math
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import equinox as eqx
 import jax
@@ -14,6 +15,78 @@ from ..distributions import (
 )
 from ._init import orthogonal_matrices
 from ._linear import apply_linear
+
+StdParameterization = Literal["log", "softplus"]
+
+# The smallest standard deviation of the "softplus" parameterization (the `min_std`
+# of Brax's NormalTanhDistribution).
+SOFTPLUS_MIN_STD = 1e-3
+
+
+def initial_std_parameter(
+    owner: str, std_parameterization: str, initial_log_std: float | None
+) -> float:
+    """The parameter value that gives a Gaussian head the standard deviation
+    `exp(initial_log_std)` (`None`: a zero parameter)."""
+    if std_parameterization not in ("log", "softplus"):
+        raise ValueError(
+            f"{owner}: std_parameterization={std_parameterization!r} must be 'log' "
+            "or 'softplus'."
+        )
+    if initial_log_std is None:
+        return 0.0
+    if std_parameterization == "log":
+        return float(initial_log_std)
+    above_minimum = math.exp(initial_log_std) - SOFTPLUS_MIN_STD
+    if above_minimum <= 0.0:
+        raise ValueError(
+            f"{owner}: initial_log_std={initial_log_std} gives a standard deviation "
+            f"below the softplus parameterization's minimum {SOFTPLUS_MIN_STD}."
+        )
+    return math.log(math.expm1(above_minimum))  # the inverse of softplus
+
+
+def gaussian_scale_parameter(
+    owner: str,
+    actor: list[eqx.nn.Linear],
+    action_size: int,
+    state_dependent_std: bool,
+    std_parameterization: str,
+    initial_log_std: float | None,
+) -> tuple[list[eqx.nn.Linear], Float[Array, " action_size"] | None]:
+    """A Gaussian head's initial scale: the actor's layers, whose last layer's
+    scale outputs (after the `action_size` means) start at the parameter of
+    `exp(initial_log_std)` with `state_dependent_std`, and else the learned
+    state-independent parameter vector (`None` with `state_dependent_std`)."""
+    initial = initial_std_parameter(owner, std_parameterization, initial_log_std)
+    if not state_dependent_std:
+        return actor, jnp.full(action_size, initial, jnp.float32)
+    last = actor[-1]
+    bias = last.bias.at[action_size:].set(initial)
+    return [*actor[:-1], eqx.tree_at(lambda layer: layer.bias, last, bias)], None
+
+
+def gaussian_head(
+    outputs: Float[Array, " outputs"],
+    scale_parameter: Float[Array, " action_size"] | None,
+    action_size: int,
+    std_parameterization: str,
+    squash: bool,
+) -> DiagonalGaussian:
+    """The Gaussian of an actor's outputs: the first `action_size` are the means;
+    the scale parameter is the rest of the outputs (`scale_parameter=None`) or the
+    learned vector. It is the log standard deviation (`"log"`, clipped to `[-20, 2]`
+    when the actor outputs it) or gives `softplus(parameter) + 0.001`
+    (`"softplus"`)."""
+    mean = outputs[:action_size]
+    parameter = outputs[action_size:] if scale_parameter is None else scale_parameter
+    if std_parameterization == "softplus":
+        log_std = jnp.log(jax.nn.softplus(parameter) + SOFTPLUS_MIN_STD)
+    elif scale_parameter is None:
+        log_std = jnp.clip(parameter, -20.0, 2.0)
+    else:
+        log_std = parameter
+    return DiagonalGaussian(mean, log_std, squash)
 
 
 class AbstractActorCritic(eqx.Module):
@@ -61,25 +134,33 @@ def _mlp_weights(
     hidden_sizes: Sequence[int],
     actor_outputs: int,
     actor_gain: float,
+    critic_hidden_sizes: Sequence[int] | None = None,
 ) -> tuple[list[eqx.nn.Linear], list[eqx.nn.Linear]]:
-    """Actor and critic MLP layers, orthogonally initialized from one batched QR."""
+    """Actor and critic MLP layers, orthogonally initialized from one batched QR.
+
+    The actor has `hidden_sizes` hidden layers, the critic `critic_hidden_sizes`
+    (`None`: the same)."""
+    if critic_hidden_sizes is None:
+        critic_hidden_sizes = hidden_sizes
     if observation_size < 1 or actor_outputs < 1:
         raise ValueError(
             f"Actor-critic: observation_size ({observation_size}) and the number of "
             f"actions ({actor_outputs}) must be positive (num_actions / action_size)."
         )
-    if any(width < 1 for width in hidden_sizes):
-        raise ValueError(
-            f"Actor-critic: hidden_sizes {tuple(hidden_sizes)} must be positive."
-        )
+    for name, sizes in (
+        ("hidden_sizes", hidden_sizes),
+        ("critic_hidden_sizes", critic_hidden_sizes),
+    ):
+        if any(width < 1 for width in sizes):
+            raise ValueError(f"Actor-critic: {name} {tuple(sizes)} must be positive.")
     actor_sizes = [observation_size, *hidden_sizes, actor_outputs]
-    critic_sizes = [observation_size, *hidden_sizes, 1]
-    hidden_gains = [math.sqrt(2.0)] * len(hidden_sizes)
+    critic_sizes = [observation_size, *critic_hidden_sizes, 1]
     shapes = [(actor_sizes[i + 1], actor_sizes[i]) for i in range(len(actor_sizes) - 1)]
     shapes += [
         (critic_sizes[i + 1], critic_sizes[i]) for i in range(len(critic_sizes) - 1)
     ]
-    gains = [*hidden_gains, actor_gain, *hidden_gains, 1.0]
+    gains = [math.sqrt(2.0)] * len(hidden_sizes) + [actor_gain]
+    gains += [math.sqrt(2.0)] * len(critic_hidden_sizes) + [1.0]
     weights = orthogonal_matrices(key, shapes, gains)
     num_layers = len(actor_sizes) - 1
     return (
@@ -112,7 +193,10 @@ class MLPActorCritic(AbstractActorCritic):
 
     - `observation_size`: number of entries of one (flattened) observation.
     - `num_actions`: number of discrete actions.
-    - `hidden_sizes`: widths of the hidden layers, for both actor and critic.
+    - `hidden_sizes`: widths of the hidden layers (of the actor, and of the critic
+      unless `critic_hidden_sizes` is given).
+    - `critic_hidden_sizes`: widths of the critic's hidden layers; `None`: as the
+      actor's.
     - `activation`: activation between layers (default `tanh`).
     - `key`: a PRNG key for the initial weights.
 
@@ -134,11 +218,12 @@ class MLPActorCritic(AbstractActorCritic):
         num_actions: int,
         *,
         hidden_sizes: Sequence[int] = (64, 64),
+        critic_hidden_sizes: Sequence[int] | None = None,
         activation: Callable[[Array], Array] = jax.nn.tanh,
         key: PRNGKeyArray,
     ):
         self.actor, self.critic = _mlp_weights(
-            key, observation_size, hidden_sizes, num_actions, 0.01
+            key, observation_size, hidden_sizes, num_actions, 0.01, critic_hidden_sizes
         )
         self.activation = activation
 
@@ -163,21 +248,48 @@ class MLPActorCritic(AbstractActorCritic):
 class MLPGaussianActorCritic(AbstractActorCritic):
     """Separate actor and critic MLPs with a diagonal Gaussian policy head.
 
-    The actor outputs the action mean (and, with `state_dependent_std`, the log
-    standard deviation); otherwise the log-std is a learned vector independent of the
-    state. Orthogonal initialization as [`MLPActorCritic`][eqxrl.nn.MLPActorCritic].
+    The actor outputs the action mean and, with `state_dependent_std`, the
+    parameters of the standard deviation; otherwise they are a learned vector
+    independent of the state. Two parameterizations of the standard deviation:
+
+    - `"log"` (default): the parameter is the log standard deviation (clipped to
+      `[-20, 2]` when the actor outputs it);
+    - `"softplus"`: the standard deviation is `softplus(parameter) + 0.001`, Brax's
+      `NormalTanhDistribution` (with `state_dependent_std=True, squash=True`, the
+      policy head of Brax's PPO and SAC).
+
+    Orthogonal initialization as [`MLPActorCritic`][eqxrl.nn.MLPActorCritic].
 
     **Arguments:**
 
     - `observation_size`: entries of one (flattened) observation.
     - `action_size`: entries of one action.
-    - `hidden_sizes`: widths of the hidden layers.
+    - `hidden_sizes`: widths of the hidden layers (of the actor, and of the critic
+      unless `critic_hidden_sizes` is given).
+    - `critic_hidden_sizes`: widths of the critic's hidden layers; `None`: as the
+      actor's.
     - `activation`: activation between layers (default `tanh`).
-    - `state_dependent_std`: the actor also outputs the log-std.
+    - `state_dependent_std`: the actor also outputs the standard deviation's
+      parameters.
     - `squash`: squash actions into `(-1, 1)` with `tanh` (see
       [`DiagonalGaussian`][eqxrl.distributions.DiagonalGaussian]).
-    - `initial_log_std`: the initial log standard deviation.
+    - `std_parameterization`: `"log"` or `"softplus"`, as above.
+    - `initial_log_std`: the initial log standard deviation; `None`: that of a
+      zero parameter (standard deviation 1 for `"log"`, `log(2) + 0.001` for
+      `"softplus"`).
     - `key`: a PRNG key for the initial weights.
+
+    !!! example
+
+        ```python
+        # Brax's PPO policy head: tanh-squashed, softplus scale from the actor.
+        network = eqxrl.nn.MLPGaussianActorCritic(
+            11, 3, hidden_sizes=(32, 32, 32, 32), critic_hidden_sizes=(256,) * 5,
+            activation=jax.nn.swish, state_dependent_std=True, squash=True,
+            std_parameterization="softplus", key=jax.random.key(0),
+        )
+        distribution, value = network(jnp.zeros(11))
+        ```
     """
 
     actor: list[eqx.nn.Linear]
@@ -186,6 +298,7 @@ class MLPGaussianActorCritic(AbstractActorCritic):
     activation: Callable[[Array], Array] = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
     squash: bool = eqx.field(static=True)
+    std_parameterization: StdParameterization = eqx.field(static=True)
 
     def __init__(
         self,
@@ -193,26 +306,30 @@ class MLPGaussianActorCritic(AbstractActorCritic):
         action_size: int,
         *,
         hidden_sizes: Sequence[int] = (64, 64),
+        critic_hidden_sizes: Sequence[int] | None = None,
         activation: Callable[[Array], Array] = jax.nn.tanh,
         state_dependent_std: bool = False,
         squash: bool = False,
-        initial_log_std: float = 0.0,
+        std_parameterization: StdParameterization = "log",
+        initial_log_std: float | None = None,
         key: PRNGKeyArray,
     ):
         outputs = 2 * action_size if state_dependent_std else action_size
-        self.actor, self.critic = _mlp_weights(
-            key, observation_size, hidden_sizes, outputs, 0.01
+        actor, self.critic = _mlp_weights(
+            key, observation_size, hidden_sizes, outputs, 0.01, critic_hidden_sizes
         )
-        if state_dependent_std:
-            self.log_std = None
-            last = self.actor[-1]
-            bias = last.bias.at[action_size:].set(initial_log_std)
-            self.actor[-1] = eqx.tree_at(lambda layer: layer.bias, last, bias)
-        else:
-            self.log_std = jnp.full(action_size, initial_log_std, jnp.float32)
+        self.actor, self.log_std = gaussian_scale_parameter(
+            "MLPGaussianActorCritic",
+            actor,
+            action_size,
+            state_dependent_std,
+            std_parameterization,
+            initial_log_std,
+        )
         self.activation = activation
         self.action_size = action_size
         self.squash = squash
+        self.std_parameterization = std_parameterization
 
     def __call__(
         self, observation: Array, action_mask: Bool[Array, " num_actions"] | None = None
@@ -220,13 +337,15 @@ class MLPGaussianActorCritic(AbstractActorCritic):
         del action_mask  # continuous actions have no mask
         features = jnp.ravel(observation).astype(jnp.float32)
         outputs = _forward(self.actor, self.activation, features)
-        mean = outputs[: self.action_size]
-        if self.log_std is None:
-            log_std = jnp.clip(outputs[self.action_size :], -20.0, 2.0)
-        else:
-            log_std = self.log_std
+        distribution = gaussian_head(
+            outputs,
+            self.log_std,
+            self.action_size,
+            self.std_parameterization,
+            self.squash,
+        )
         value = _forward(self.critic, self.activation, features)[0]
-        return DiagonalGaussian(mean, log_std, self.squash), value
+        return distribution, value
 
     def value(self, observation: Array) -> Float[Array, ""]:
         features = jnp.ravel(observation).astype(jnp.float32)

@@ -10,7 +10,14 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
 from ..distributions import DiagonalGaussian, MaskedCategorical
 from ..envs import AbstractSpace, Box, Dict, Discrete, is_leaf_space
-from ._actor_critic import AbstractActorCritic, _forward, _mlp_weights
+from ._actor_critic import (
+    AbstractActorCritic,
+    StdParameterization,
+    _forward,
+    _mlp_weights,
+    gaussian_head,
+    gaussian_scale_parameter,
+)
 from ._cnn import conv_torso, conv_torso_features
 
 
@@ -140,15 +147,23 @@ class MultiInputActorCritic(AbstractActorCritic):
     `actor_keys`/`critic_keys` are given).
 
     The policy head follows the action space: masked categorical logits for
-    `Discrete`, a diagonal Gaussian (state-independent log-std) for `Box`.
+    `Discrete`, a diagonal Gaussian for `Box` (by default with a state-independent
+    log-std; the Gaussian options are those of
+    [`MLPGaussianActorCritic`][eqxrl.nn.MLPGaussianActorCritic]).
 
     **Arguments:**
 
     - `observation_space`: the environment's observation space.
     - `action_space`: the environment's action space (`Discrete` or `Box`).
     - `actor_keys`, `critic_keys`: the `Dict` keys each reads (`None`: all).
-    - `hidden_sizes`: widths of the MLP hidden layers of both.
+    - `hidden_sizes`: widths of the MLP hidden layers (of the actor, and of the
+      critic unless `critic_hidden_sizes` is given).
+    - `critic_hidden_sizes`: widths of the critic's MLP hidden layers; `None`: as
+      the actor's.
     - `activation`: activation between MLP layers (default `tanh`).
+    - `state_dependent_std`, `squash`, `std_parameterization`, `initial_log_std`:
+      the Gaussian head of a `Box` action space, as in
+      [`MLPGaussianActorCritic`][eqxrl.nn.MLPGaussianActorCritic]; only for `Box`.
     - `key`: a PRNG key for the initial weights.
     """
 
@@ -158,6 +173,9 @@ class MultiInputActorCritic(AbstractActorCritic):
     critic: list[eqx.nn.Linear]
     log_std: Float[Array, " action_size"] | None
     activation: Callable[[Array], Array] = eqx.field(static=True)
+    action_size: int | None = eqx.field(static=True)
+    squash: bool = eqx.field(static=True)
+    std_parameterization: StdParameterization = eqx.field(static=True)
 
     @classmethod
     def from_env(cls, env: Any, key: PRNGKeyArray) -> "MultiInputActorCritic":
@@ -179,13 +197,31 @@ class MultiInputActorCritic(AbstractActorCritic):
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
         hidden_sizes: Sequence[int] = (64, 64),
+        critic_hidden_sizes: Sequence[int] | None = None,
         activation: Callable[[Array], Array] = jax.nn.tanh,
+        state_dependent_std: bool = False,
+        squash: bool = False,
+        std_parameterization: StdParameterization = "log",
+        initial_log_std: float | None = None,
         key: PRNGKeyArray,
     ):
+        gaussian_options = (
+            state_dependent_std
+            or squash
+            or std_parameterization != "log"
+            or initial_log_std is not None
+        )
         if isinstance(action_space, Discrete):
+            if gaussian_options:
+                raise ValueError(
+                    "MultiInputActorCritic: state_dependent_std, squash, "
+                    "std_parameterization and initial_log_std shape a Gaussian "
+                    "policy; the action space is Discrete."
+                )
             actor_outputs = action_space.num_values
         elif isinstance(action_space, Box):
-            actor_outputs = max(math.prod(action_space.shape), 1)
+            action_size = max(math.prod(action_space.shape), 1)
+            actor_outputs = 2 * action_size if state_dependent_std else action_size
         else:
             raise TypeError(
                 "MultiInputActorCritic: the action space must be Discrete or Box, "
@@ -208,6 +244,7 @@ class MultiInputActorCritic(AbstractActorCritic):
                 hidden_sizes,
                 actor_outputs,
                 0.01,
+                critic_hidden_sizes,
             )
             _, self.critic = _mlp_weights(
                 critic_mlp_key,
@@ -215,6 +252,7 @@ class MultiInputActorCritic(AbstractActorCritic):
                 hidden_sizes,
                 actor_outputs,
                 0.01,
+                critic_hidden_sizes,
             )
         else:
             self.actor, self.critic = _mlp_weights(
@@ -223,13 +261,23 @@ class MultiInputActorCritic(AbstractActorCritic):
                 hidden_sizes,
                 actor_outputs,
                 0.01,
+                critic_hidden_sizes,
             )
-        self.log_std = (
-            jnp.zeros(actor_outputs, jnp.float32)
-            if isinstance(action_space, Box)
-            else None
-        )
+        self.log_std = None
+        self.action_size = None
+        if isinstance(action_space, Box):
+            self.actor, self.log_std = gaussian_scale_parameter(
+                "MultiInputActorCritic",
+                self.actor,
+                action_size,
+                state_dependent_std,
+                std_parameterization,
+                initial_log_std,
+            )
+            self.action_size = action_size
         self.activation = activation
+        self.squash = squash
+        self.std_parameterization = std_parameterization
 
     def __call__(
         self,
@@ -237,10 +285,16 @@ class MultiInputActorCritic(AbstractActorCritic):
         action_mask: Bool[Array, " num_actions"] | None = None,
     ) -> tuple[MaskedCategorical | DiagonalGaussian, Float[Array, ""]]:
         outputs = _forward(self.actor, self.activation, self.actor_encoder(observation))
-        if self.log_std is None:
+        if self.action_size is None:
             distribution = MaskedCategorical(outputs, action_mask)
         else:
-            distribution = DiagonalGaussian(outputs, self.log_std, False)
+            distribution = gaussian_head(
+                outputs,
+                self.log_std,
+                self.action_size,
+                self.std_parameterization,
+                self.squash,
+            )
         return distribution, self.value(observation)
 
     def value(self, observation: PyTree[Array]) -> Float[Array, ""]:

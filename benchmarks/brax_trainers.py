@@ -1,0 +1,427 @@
+"""eqxrl's PPO and SAC against Brax's own trainers, on Brax environments, side by side.
+
+For each Brax environment (`--envs`, default `inverted_pendulum`,
+`inverted_double_pendulum`, `hopper`) and algorithm (`--algos`, default `ppo sac`):
+
+- Brax: `brax.training.agents.ppo.train` / `brax.training.agents.sac.train` with
+  Brax's hyperparameters (table `SETTINGS` below) at a small budget (`BUDGETS`:
+  `num_timesteps` and `num_evals`), `deterministic_eval=True`;
+- eqxrl: `eqxrl.PPO.from_brax_hyperparameters(from_brax(env), **the same)` (the
+  Brax-to-eqxrl table of `docs/continuous-control.md`), and for SAC `eqxrl.SAC` with
+  the same numbers translated by `eqxrl_sac` below.
+
+Both train on the same Brax environment object (eqxrl through
+`eqxrl.envs.from_brax`), backend `--backend` (default `spring`: Brax's fastest
+pipeline, the one its trainers' own CPU tests use; its training notebook orders the
+pipelines `generalized`, `positional`, `spring` by increasing speed), for the same
+number of environment steps. The runs alternate, Brax then eqxrl, for `--pairs`
+rounds in one process (round `i` uses seed `i` on both sides); each round gives a
+speed ratio eqxrl/Brax (> 1: eqxrl faster), and the table reports the median and best
+round ratio.
+
+Timing, compile time apart:
+
+- eqxrl: `algorithm.lower(key).compile()` once (timed: the compile time), then each
+  run is one call of the compiled program (the whole run: initialization and every
+  iteration, so eqxrl's time includes what Brax's leaves out: network
+  initialization and environment resets); steps/s = environment steps / that
+  call's time. With `--warmup 1` (default) one untimed run comes first.
+- Brax: its trainers compile inside `train` at every call (each call builds new
+  functions) and report `training/walltime` to `progress_fn` after each of their
+  `num_evals - 1` epochs, evaluation excluded. The first epochs include the
+  compiles (PPO's training epoch compiles twice: at its first call and again at
+  its second, on the donated outputs; SAC's once, with its replay prefill), so
+  steps/s = the environment steps of epochs 3.. / their time, and Brax's compile
+  time is estimated as the time of epochs 1-2 minus their steps at that rate.
+  Every budget has `num_evals >= 4` (three epochs or more).
+
+Final returns: each run's final policy, deterministic (the tanh of the mean), over
+`--eval-episodes` episodes of `episode_length` steps: Brax's own evaluator
+(`eval/episode_reward` of its last evaluation, `num_eval_envs` episodes) and
+`eqxrl.training.evaluate` on the eqxrl side; the table shows the mean and standard
+deviation over the rounds (one seed per round).
+
+What does not translate (printed with the results): Brax's PPO computes GAE per
+`unroll_length` window with the current value network in every minibatch and masks
+truncated steps, eqxrl's over the whole rollout with the pre-update values,
+bootstrapping through truncation; eqxrl's SAC has no observation normalization
+(the published SAC settings normalize) and no reward scaling (a `ScaleReward`
+wrapper below scales the training rewards instead), tunes the temperature with
+`learning_rate` (Brax: 3e-4) and draws its warm-up actions uniformly (Brax: from the
+initial policy).
+
+Needs Brax and JAX < 0.9 (Brax's trainers call `jax.device_put_replicated`): the
+`.venv-brax` venv. Run from the repository root:
+
+    .venv-brax/bin/python benchmarks/brax_trainers.py --quick    # a smoke run
+    .venv-brax/bin/python benchmarks/brax_trainers.py            # everything (long)
+    .venv-brax/bin/python benchmarks/brax_trainers.py --algos ppo \
+        --envs inverted_pendulum --pairs 5
+"""
+
+import argparse
+import statistics
+import time
+import warnings
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+try:
+    import brax
+    import brax.envs
+except ImportError:
+    raise SystemExit(
+        "this benchmark needs Brax (and jax<0.9): run it with .venv-brax/bin/python"
+    ) from None
+
+import eqxrl
+from eqxrl.envs import AbstractEnvironment, AbstractWrapper, TimeLimit, from_brax
+
+# Brax's published settings: its training notebook (`notebooks/training.ipynb`),
+# whose inverted_double_pendulum and ant PPO rows differ from inverted_pendulum's
+# only where written.
+# fmt: off
+PENDULUM_PPO = dict(
+    num_timesteps=2_000_000, num_evals=20, reward_scaling=10, episode_length=1000,
+    normalize_observations=True, action_repeat=1, unroll_length=5,
+    num_minibatches=32, num_updates_per_batch=4, discounting=0.97,
+    learning_rate=3e-4, entropy_cost=1e-2, num_envs=2048, batch_size=1024, seed=1,
+)
+PUBLISHED: dict[tuple[str, str], dict[str, Any]] = {
+    ("ppo", "inverted_pendulum"): PENDULUM_PPO,
+    ("ppo", "inverted_double_pendulum"): {**PENDULUM_PPO, "num_timesteps": 20_000_000},
+    ("ppo", "ant"): {
+        **PENDULUM_PPO, "num_timesteps": 50_000_000, "num_evals": 10,
+        "num_envs": 4096, "batch_size": 2048,
+    },
+    ("sac", "hopper"): dict(
+        num_timesteps=6_553_600, num_evals=20, reward_scaling=30,
+        episode_length=1000, normalize_observations=True, action_repeat=1,
+        discounting=0.997, learning_rate=6e-4, num_envs=128, batch_size=512,
+        grad_updates_per_step=64, max_devices_per_host=1,
+        max_replay_size=1048576, min_replay_size=8192, seed=1,
+    ),
+}
+# fmt: on
+
+# Which published row each (algorithm, environment) runs: its own where Brax
+# publishes one; else PPO on hopper takes ant's (Brax's locomotion PPO settings)
+# and SAC on the pendulums takes hopper's (its only published SAC settings besides
+# walker2d's).
+SETTINGS: dict[tuple[str, str], tuple[str, str]] = {
+    ("ppo", "inverted_pendulum"): ("ppo", "inverted_pendulum"),
+    ("ppo", "inverted_double_pendulum"): ("ppo", "inverted_double_pendulum"),
+    ("ppo", "hopper"): ("ppo", "ant"),
+    ("ppo", "ant"): ("ppo", "ant"),
+    ("sac", "inverted_pendulum"): ("sac", "hopper"),
+    ("sac", "inverted_double_pendulum"): ("sac", "hopper"),
+    ("sac", "hopper"): ("sac", "hopper"),
+    ("sac", "ant"): ("sac", "hopper"),
+}
+
+# The small budget of each run: (num_timesteps, num_evals). PPO: one training step
+# per epoch (163,840 environment steps with the pendulums' settings, 327,680 with
+# ant's); SAC: the 8,192-step prefill, then 32 training steps of 128 environment
+# steps per epoch.
+BUDGETS: dict[str, tuple[int, int]] = {
+    "ppo": (4 * 163_840, 5),
+    "sac": (8_192 + 4 * 32 * 128, 5),
+}
+BUDGETS_BY_SETTINGS: dict[tuple[str, str], tuple[int, int]] = {
+    ("ppo", "ant"): (4 * 327_680, 5),
+}
+
+# --quick: the same code paths at toy sizes, seconds per run.
+# fmt: off
+QUICK: dict[str, dict[str, Any]] = {
+    "ppo": dict(
+        num_timesteps=3 * 320, num_evals=4, episode_length=50, num_envs=16,
+        batch_size=16, num_minibatches=4, unroll_length=5,
+    ),
+    "sac": dict(
+        num_timesteps=64 + 3 * 4 * 8, num_evals=4, episode_length=50, num_envs=8,
+        batch_size=32, grad_updates_per_step=2, min_replay_size=64,
+        max_replay_size=1024,
+    ),
+}
+
+# `brax.training.agents.sac.train`'s defaults (Brax 0.14) for what is translated.
+BRAX_SAC_DEFAULTS: dict[str, Any] = dict(
+    num_envs=1, learning_rate=1e-4, discounting=0.9, batch_size=256, num_evals=1,
+    normalize_observations=False, reward_scaling=1.0, tau=0.005, min_replay_size=0,
+    max_replay_size=None, grad_updates_per_step=1, action_repeat=1,
+)
+# fmt: on
+
+
+class ScaleReward(AbstractWrapper):
+    """Rewards multiplied by `scale` (Brax SAC's `reward_scaling`, which
+    `eqxrl.SAC` does not have). Evaluation uses the environment without it."""
+
+    env: AbstractEnvironment
+    scale: float = eqx.field(static=True)
+
+    def reset(self, key):
+        return self.env.reset(key)
+
+    def step(self, state, action, key):
+        state, timestep = self.env.step(state, action, key)
+        reward = timestep.reward * jnp.float32(self.scale)
+        return state, eqx.tree_at(lambda t: t.reward, timestep, reward)
+
+
+def eqxrl_sac(brax_env: Any, settings: dict[str, Any]) -> tuple[eqxrl.SAC, str]:
+    """`eqxrl.SAC` running Brax's `sac.train(brax_env, **settings)`: the same
+    environment steps (Brax's prefill of `min_replay_size` steps, then its epochs
+    rounded up to whole training steps), updates per step, batch size, discount,
+    step size, Polyak `tau`, initial temperature 1 and target entropy
+    `-action_size / 2`, 256x256 ReLU networks. Also returns what is not translated."""
+    b = {**BRAX_SAC_DEFAULTS, **settings}
+    if b["action_repeat"] != 1:
+        raise ValueError("eqxrl_sac: only action_repeat=1 is translated")
+    num_envs = b["num_envs"]
+    prefill = -(-b["min_replay_size"] // num_envs) * num_envs
+    epochs = max(b["num_evals"] - 1, 1)
+    steps_per_epoch = -(-(b["num_timesteps"] - prefill) // (epochs * num_envs))
+    total_timesteps = prefill + epochs * steps_per_epoch * num_envs
+    env = TimeLimit(from_brax(brax_env), b["episode_length"])
+    if b["reward_scaling"] != 1:
+        env = ScaleReward(env, float(b["reward_scaling"]))
+    sac = eqxrl.SAC(
+        env=env,
+        num_envs=num_envs,
+        total_timesteps=total_timesteps,
+        buffer_size=b["max_replay_size"] or b["num_timesteps"],
+        learning_starts=max(prefill, b["batch_size"]),
+        train_frequency=1,
+        gradient_steps=b["grad_updates_per_step"],
+        batch_size=b["batch_size"],
+        tau=b["tau"],
+        gamma=b["discounting"],
+        learning_rate=b["learning_rate"],
+        alpha=1.0,
+        autotune_alpha=True,
+        target_entropy=-0.5 * brax_env.action_size,
+        hidden_sizes=(256, 256),
+    )
+    gaps = "temperature step size = learning_rate (Brax: 3e-4)"
+    if b["normalize_observations"]:
+        gaps += "; normalize_observations not translated (eqxrl.SAC has none)"
+    return sac, gaps
+
+
+def brax_run(algo: str, brax_env: Any, settings: dict[str, Any], seed: int) -> dict:
+    """One Brax training run: steps/s from its third epoch on, the estimated
+    compile time, and the final deterministic evaluation return."""
+    if algo == "ppo":
+        from brax.training.agents.ppo import train as trainer
+    else:
+        from brax.training.agents.sac import train as trainer
+    progress: list[tuple[int, dict]] = []
+    arguments = {**settings, "seed": seed, "deterministic_eval": True}
+    with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
+        _, _, metrics = trainer.train(
+            environment=brax_env,
+            progress_fn=lambda step, m: progress.append((step, dict(m))),
+            **arguments,
+        )
+    epochs = [(s, m["training/walltime"]) for s, m in progress if "training/sps" in m]
+    if len(epochs) < 3:
+        raise ValueError("Brax's rate is measured from its third epoch: num_evals >= 4")
+    (compiled_steps, compiled_time), (last_steps, last_time) = epochs[1], epochs[-1]
+    rate = (last_steps - compiled_steps) / (last_time - compiled_time)
+    return dict(
+        steps=last_steps,
+        steps_per_second=rate,
+        compile_seconds=max(compiled_time - compiled_steps / rate, 0.0),
+        final_return=float(metrics["eval/episode_reward"]),
+    )
+
+
+class EqxrlRunner:
+    """An eqxrl algorithm compiled once (timed), then run per seed."""
+
+    def __init__(self, algorithm: Any, eval_env: AbstractEnvironment, episodes: int):
+        self.algorithm, self.eval_env, self.episodes = algorithm, eval_env, episodes
+        start = time.perf_counter()
+        self.compiled = algorithm.lower(jr.key(0)).compile()
+        self.compile_seconds = time.perf_counter() - start
+        self.steps = algorithm.num_iterations * steps_per_iteration(algorithm)
+
+    def run(self, seed: int) -> dict:
+        start = time.perf_counter()
+        state, _ = jax.block_until_ready(
+            self.compiled(self.algorithm, jr.key(seed), True)
+        )
+        seconds = time.perf_counter() - start
+        policy = self.algorithm.policy(state, deterministic=True)
+        result = eqxrl.training.evaluate(
+            policy, self.eval_env, jr.key(10_000 + seed), num_episodes=self.episodes
+        )
+        return dict(
+            steps=self.steps,
+            steps_per_second=self.steps / seconds,
+            final_return=float(np.mean(result.returns)),
+        )
+
+
+def steps_per_iteration(algorithm: Any) -> int:
+    if isinstance(algorithm, eqxrl.PPO):
+        return algorithm.num_envs * algorithm.num_steps
+    return algorithm.steps_per_iteration
+
+
+def settings_for(algo: str, env_name: str, quick: bool, eval_episodes: int) -> tuple:
+    source = SETTINGS[algo, env_name]
+    settings = dict(PUBLISHED[source])
+    budget = BUDGETS_BY_SETTINGS.get(source, BUDGETS[algo])
+    settings["num_timesteps"], settings["num_evals"] = budget
+    if quick:
+        settings.update(QUICK[algo])
+    settings["num_eval_envs"] = eval_episodes
+    label = "published" if source == (algo, env_name) else f"{source[1]}'s"
+    return settings, label
+
+
+def compare(args, algo: str, env_name: str) -> dict:
+    settings, label = settings_for(algo, env_name, args.quick, args.eval_episodes)
+    brax_env = brax.envs.get_environment(env_name, backend=args.backend)
+    if algo == "ppo":
+        algorithm = eqxrl.PPO.from_brax_hyperparameters(from_brax(brax_env), **settings)
+        gaps = "GAE: whole rollout, pre-update values, bootstraps through truncation"
+    else:
+        algorithm, gaps = eqxrl_sac(brax_env, settings)
+    eval_env = TimeLimit(from_brax(brax_env), settings["episode_length"])
+    runner = EqxrlRunner(algorithm, eval_env, args.eval_episodes)
+    print(
+        f"\n[{algo} {env_name}, {label} settings, backend {args.backend}] "
+        f"{runner.steps:,} env steps per run; eqxrl compiled in "
+        f"{runner.compile_seconds:.1f} s; not translated: {gaps}",
+        flush=True,
+    )
+    for _ in range(args.warmup):
+        runner.run(0)
+    rounds = []
+    for seed in range(args.pairs):
+        theirs = brax_run(algo, brax_env, settings, seed)
+        ours = runner.run(seed)
+        if theirs["steps"] != ours["steps"]:
+            raise RuntimeError(
+                f"{algo} {env_name}: Brax ran {theirs['steps']:,} steps, eqxrl "
+                f"{ours['steps']:,}"
+            )
+        ratio = ours["steps_per_second"] / theirs["steps_per_second"]
+        rounds.append((theirs, ours, ratio))
+        print(
+            f"  round {seed}: Brax {theirs['steps_per_second']:,.0f} steps/s "
+            f"(compile ~{theirs['compile_seconds']:.1f} s), return "
+            f"{theirs['final_return']:.1f} | eqxrl "
+            f"{ours['steps_per_second']:,.0f} steps/s, return "
+            f"{ours['final_return']:.1f} | ratio {ratio:.2f}x",
+            flush=True,
+        )
+    ratios = [r for _, _, r in rounds]
+    brax_rates = [b["steps_per_second"] for b, _, _ in rounds]
+    eqxrl_rates = [e["steps_per_second"] for _, e, _ in rounds]
+    summary = dict(
+        algo=algo,
+        env=env_name,
+        label=label,
+        steps=runner.steps,
+        eqxrl_rate=statistics.median(eqxrl_rates),
+        brax_rate=statistics.median(brax_rates),
+        median_ratio=statistics.median(ratios),
+        best_ratio=max(ratios),
+        eqxrl_compile=runner.compile_seconds,
+        brax_compile=statistics.median(b["compile_seconds"] for b, _, _ in rounds),
+        eqxrl_returns=[e["final_return"] for _, e, _ in rounds],
+        brax_returns=[b["final_return"] for b, _, _ in rounds],
+    )
+    print(
+        f"  {algo} {env_name}: steps/s median eqxrl {summary['eqxrl_rate']:,.0f}, "
+        f"Brax {summary['brax_rate']:,.0f}; ratio median "
+        f"{summary['median_ratio']:.2f}x, best {summary['best_ratio']:.2f}x",
+        flush=True,
+    )
+    return summary
+
+
+def mean_std(values: list[float]) -> str:
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+
+
+def print_table(summaries: list[dict], args) -> None:
+    print(
+        f"\n{args.pairs} alternating rounds (Brax, eqxrl) per row, one seed per "
+        f"round, backend {args.backend}; ratio > 1: eqxrl faster; returns: "
+        f"deterministic policy, {args.eval_episodes} episodes, mean ± std over "
+        "rounds.\n"
+    )
+    print(
+        "| algorithm | environment | settings | env steps | eqxrl steps/s | "
+        "Brax steps/s | median ratio | best ratio | compile eqxrl / Brax | "
+        "final return eqxrl | final return Brax |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in summaries:
+        print(
+            f"| {s['algo'].upper()} | {s['env']} | {s['label']} | {s['steps']:,} | "
+            f"{s['eqxrl_rate']:,.0f} | {s['brax_rate']:,.0f} | "
+            f"{s['median_ratio']:.2f}x | {s['best_ratio']:.2f}x | "
+            f"{s['eqxrl_compile']:.1f} s / {s['brax_compile']:.1f} s | "
+            f"{mean_std(s['eqxrl_returns'])} | {mean_std(s['brax_returns'])} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--envs",
+        nargs="+",
+        default=None,
+        choices=sorted({env for _, env in SETTINGS}),
+        help="Brax environments (default: inverted_pendulum inverted_double_pendulum"
+        " hopper; with --quick: inverted_pendulum)",
+    )
+    parser.add_argument("--algos", nargs="+", default=["ppo", "sac"])
+    parser.add_argument("--backend", default="spring", help="Brax physics pipeline")
+    parser.add_argument("--pairs", type=int, default=None, help="rounds (default 5)")
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed eqxrl runs first (1)"
+    )
+    parser.add_argument("--eval-episodes", type=int, default=None, help="(128)")
+    parser.add_argument(
+        "--quick", action="store_true", help="toy sizes, one round: a smoke run"
+    )
+    args = parser.parse_args()
+    quick = args.quick
+    if args.envs is None:
+        args.envs = (
+            ["inverted_pendulum"]
+            if quick
+            else ["inverted_pendulum", "inverted_double_pendulum", "hopper"]
+        )
+    args.pairs = args.pairs if args.pairs is not None else (1 if quick else 5)
+    args.warmup = args.warmup if args.warmup is not None else (0 if quick else 1)
+    if args.eval_episodes is None:
+        args.eval_episodes = 8 if quick else 128
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message="Brax System")
+    print(
+        f"brax {brax.__version__}, jax {jax.__version__}, eqxrl "
+        f"{eqxrl.__version__}, backend {jax.default_backend()}, "
+        f"{jax.device_count()} device(s)"
+    )
+    summaries = [
+        compare(args, algo, env_name) for algo in args.algos for env_name in args.envs
+    ]
+    print_table(summaries, args)
+
+
+if __name__ == "__main__":
+    main()

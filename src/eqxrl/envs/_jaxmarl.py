@@ -1,0 +1,515 @@
+"""An adapter from JaxMARL's multi-agent environments to eqxrl's multi-agent
+interface.
+
+jaxmarl is not a dependency of eqxrl: this module imports it only when a JaxMARL
+environment is converted (install `eqxrl[jaxmarl]`).
+"""
+
+import contextlib
+import numbers
+import warnings
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Int, PRNGKeyArray, PyTree, Shaped
+
+from ._checks import check_action
+from ._environment import AbstractMultiAgentEnvironment
+from ._interop import legacy_key, strongly_typed
+from ._spaces import AbstractSpace, Box, Discrete
+from ._types import TimeStep
+
+# The key of JaxMARL's `dones` (and of some environments' rewards) for the whole
+# episode rather than one agent.
+_ALL = "__all__"
+
+
+def _jaxmarl() -> ModuleType:
+    try:
+        with warnings.catch_warnings():
+            # JaxMARL imports jaxopt, which warns on import that it is no longer
+            # maintained; nothing an eqxrl user can act on.
+            warnings.filterwarnings(
+                "ignore", message="JAXopt is no longer maintained", category=Warning
+            )
+            import jaxmarl
+            import jaxmarl.environments.multi_agent_env
+            import jaxmarl.environments.spaces
+    except ImportError:
+        raise ImportError(
+            "from_jaxmarl needs jaxmarl: `pip install 'eqxrl[jaxmarl]'`."
+        ) from None
+    return jaxmarl
+
+
+def _describe(space: Any) -> str:
+    """A JaxMARL space in a line, for messages."""
+    spaces = _jaxmarl().environments.spaces
+    name = type(space).__name__
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({space.n})"
+    if isinstance(space, spaces.Box):
+        low, high = np.asarray(space.low), np.asarray(space.high)
+        bounds = (
+            f", low={low.item():g}, high={high.item():g}"
+            if low.size == 1 and high.size == 1
+            else ""
+        )
+        return f"Box(shape={_shape(space.shape)}{bounds})"
+    if isinstance(space, spaces.MultiDiscrete):
+        return f"MultiDiscrete({np.asarray(space.num_categories).tolist()})"
+    return name
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    """A JaxMARL space's shape as a tuple (Hanabi's `Box` has a bare int)."""
+    if isinstance(shape, numbers.Integral):
+        return (int(shape),)
+    return tuple(int(n) for n in shape)
+
+
+def _signature(space: Any) -> tuple:
+    """What makes two JaxMARL spaces the same, as a hashable value."""
+    spaces = _jaxmarl().environments.spaces
+    if isinstance(space, spaces.Discrete):
+        return ("Discrete", int(space.n))
+    if isinstance(space, spaces.Box):
+        low = np.asarray(space.low, np.float32)
+        high = np.asarray(space.high, np.float32)
+        return (
+            "Box",
+            _shape(space.shape),
+            low.shape,
+            low.tobytes(),
+            high.shape,
+            high.tobytes(),
+        )
+    return (type(space).__name__, id(space))
+
+
+def _agent_groups(env: Any, signature: Callable[[str], Any]) -> list[list[str]]:
+    """The agents grouped by `signature(agent)`, in the environment's order."""
+    groups: dict[Any, list[str]] = {}
+    for agent in env.agents:
+        groups.setdefault(signature(agent), []).append(agent)
+    return list(groups.values())
+
+
+def _names(agents: list[str]) -> str:
+    if len(agents) == 1:
+        return agents[0]
+    return ", ".join(agents[:-1]) + " and " + agents[-1]
+
+
+def _box(space: Any, shape: tuple[int, ...], where: str) -> Box:
+    """A JaxMARL `Box` as a float32 eqxrl `Box` of `shape`."""
+    try:
+        low = np.broadcast_to(np.asarray(space.low, np.float32), shape)
+        high = np.broadcast_to(np.asarray(space.high, np.float32), shape)
+    except ValueError:
+        raise ValueError(
+            f"from_jaxmarl: {where} is {_describe(space)} with bounds of shape "
+            f"{np.shape(space.low)} and {np.shape(space.high)}, which do not "
+            f"broadcast to its values' shape {shape}."
+        ) from None
+    return Box(low, high)
+
+
+@contextlib.contextmanager
+def _jaxmarl_rules() -> Iterator[None]:
+    """JAX's default promotion rules, under which JaxMARL's code is written (it
+    broadcasts arrays of different ranks and mixes dtypes), whatever the caller set
+    (eqxrl's tests raise on both)."""
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        yield
+
+
+def _mask_method(env: Any) -> Callable[[Any], dict[str, Array]] | None:
+    """The environment's per-agent available actions: `get_avail_actions` where the
+    environment implements it, else `get_legal_moves` (Hanabi), else `None`."""
+    base = _jaxmarl().environments.multi_agent_env.MultiAgentEnv
+    if type(env).get_avail_actions is not base.get_avail_actions:
+        return env.get_avail_actions
+    legal_moves = getattr(env, "get_legal_moves", None)
+    return legal_moves if callable(legal_moves) else None
+
+
+class FromJaxMARLState(eqx.Module):
+    """The state of a [`FromJaxMARL`][eqxrl.envs.FromJaxMARL] environment.
+
+    **Arguments:**
+
+    - `env_state`: JaxMARL's state (e.g. MPE's `State`), its Python numbers made
+      arrays.
+    - `step_count`: int32 scalar, steps since `reset` (for the time-limit rule).
+    """
+
+    env_state: PyTree
+    step_count: Int[Array, ""]
+
+
+class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
+    """A [JaxMARL](https://github.com/FLAIROx/JaxMARL) environment as an eqxrl
+    multi-agent environment; build it with
+    [`from_jaxmarl`][eqxrl.envs.from_jaxmarl].
+
+    JaxMARL's dicts keyed by agent become arrays stacked along a leading agent axis,
+    in the environment's agent order (`jaxmarl_env.agents`, e.g. `agent_0, agent_1,
+    agent_2` for MPE's simple spread; `num_agents` is their count):
+
+    - **Observations**: `observations[agent]` stacked, `[num_agents, *shape]`,
+      float32 for a `Box` space (integer grids such as Overcooked's are cast), int32
+      for a `Discrete` one. Entries of JaxMARL's observation dict that belong to no
+      agent (SMAX's `world_state`, for a centralized critic) go to
+      `timestep.extras` under their name.
+    - **Actions**: one per agent, `[num_agents]` int32 for `Discrete`,
+      `[num_agents, *shape]` float32 for `Box` (MPE's continuous actions), passed
+      to JaxMARL as `{agent: action[i]}`.
+    - **Rewards**: `rewards[agent]` stacked, float32 `[num_agents]` (zeros after
+      `reset`); an `"__all__"` reward (Hanabi's) is dropped.
+    - **Action masks**: where the environment implements `get_avail_actions` (SMAX)
+      or `get_legal_moves` (Hanabi), its masks of the new state, stacked, are
+      `timestep.action_mask` (bool `[num_agents, num_actions]`, `True` where an
+      action is available); otherwise `None`.
+    - **Spaces** describe one agent and must be the same for every agent: a
+      `ValueError` names the agents that differ otherwise. `Discrete` and `Box`
+      spaces convert (a `Box` to a float32 [`Box`][eqxrl.envs.Box] with JaxMARL's
+      bounds, on the shape of the observations the environment really returns:
+      Overcooked declares its height and width the other way round); other spaces
+      (`MultiDiscrete`, `Dict`, `Tuple`) are refused by name.
+
+    **Episode ends.** `reset(key)` calls JaxMARL's `reset`, and `step(state, action,
+    key)` its `step_env`, which does not auto-reset (JaxMARL's `step` does):
+    the state after the last step is the final state, and eqxrl's
+    [`AutoReset`][eqxrl.envs.AutoReset] starts the next episode. `step` splits
+    `key` as JaxMARL's `step` does and gives `step_env` the first half, so the same
+    key gives the transition JaxMARL's `step` gives. A step ends the episode where
+    JaxMARL's `dones["__all__"]` is true; JaxMARL has one flag for both kinds of
+    ending, so eqxrl tells them apart by a step count: the ending is **truncated**
+    when the episode has run at least `time_limit` steps (by default the
+    environment's `max_steps`: MPE, SMAX, Overcooked, JaxNav) and **terminated**
+    otherwise (a team wiped out, a Hanabi game over, every ending of an environment
+    without `max_steps`). The counter is this adapter's own (`state.step_count`),
+    since JaxMARL environments count steps differently. The rule is exact for
+    environments whose only ending at that count is the time limit; an episode that
+    ends for another reason from step `time_limit` on is truncated too (SMAX, whose
+    limit ends episodes on step `max_steps + 1`, would call a battle decided on step
+    `max_steps` truncated: pass `time_limit=env.max_steps + 1` there).
+
+    JaxMARL's code runs under JAX's default promotion rules (rank promotion
+    allowed, standard dtype promotion), which it is written for, whatever the
+    caller's settings. JaxMARL's per-agent `dones` and `infos` are dropped, as is
+    rendering (JaxMARL draws with matplotlib on the host). JaxMARL's own wrappers
+    (`LogWrapper`, ...) are refused: eqxrl's wrappers do their work.
+
+    **Arguments:**
+
+    - `jaxmarl_env`: the JaxMARL environment (a `MultiAgentEnv`). It is a static
+      field: the environment hashes by identity.
+    - `time_limit`: the step count from which an ending is a truncation, a Python
+      int; `None` makes every ending a termination (as JaxMARL's baselines treat
+      them); `"max_steps"` (the default) takes the environment's `max_steps` if it
+      has one, else `None`.
+    """
+
+    jaxmarl_env: Any = eqx.field(static=True)
+    time_limit: int | None = eqx.field(static=True)
+    _observation_shape: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        jaxmarl_env: Any,
+        time_limit: int | None | Literal["max_steps"] = "max_steps",
+    ):
+        jaxmarl = _jaxmarl()
+        base = jaxmarl.environments.multi_agent_env.MultiAgentEnv
+        if not isinstance(jaxmarl_env, base):
+            hint = (
+                "; it looks like one of JaxMARL's wrappers: pass the environment "
+                "without it (eqxrl's AutoReset and EpisodeStatistics do their work)"
+                if hasattr(jaxmarl_env, "_env")
+                else "; `from_jaxmarl(name)` builds one by name"
+            )
+            raise TypeError(
+                "FromJaxMARL: expected a jaxmarl MultiAgentEnv, got "
+                f"{type(jaxmarl_env).__name__}{hint}."
+            )
+        if time_limit == "max_steps":
+            max_steps = getattr(jaxmarl_env, "max_steps", None)
+            is_count = isinstance(max_steps, numbers.Integral | np.integer)
+            time_limit = int(max_steps) if is_count else None
+        self.jaxmarl_env = jaxmarl_env
+        self.time_limit = time_limit
+        self._observation_shape = self._check_spaces()
+
+    def __check_init__(self):
+        limit = self.time_limit
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
+            raise ValueError(
+                f"FromJaxMARL: time_limit={limit!r} must be a positive int, None "
+                "(every ending terminates) or 'max_steps' (the environment's)."
+            )
+
+    @property
+    def _env_name(self) -> str:
+        return type(self.jaxmarl_env).__name__
+
+    @property
+    def num_agents(self) -> int:
+        """How many agents act: `len(jaxmarl_env.agents)`."""
+        return len(self.jaxmarl_env.agents)
+
+    def _check_spaces(self) -> tuple[int, ...]:
+        """Check that every agent has the same, convertible spaces and observation
+        shape; return that shape."""
+        env = self.jaxmarl_env
+        spaces = _jaxmarl().environments.spaces
+        if not env.agents:
+            raise ValueError(f"FromJaxMARL: {self._env_name} has no agents.")
+        for kind, supported in (
+            ("observation", (spaces.Discrete, spaces.Box)),
+            ("action", (spaces.Discrete, spaces.Box)),
+        ):
+            for agent in env.agents:
+                space = getattr(env, f"{kind}_space")(agent)
+                if not isinstance(space, supported):
+                    raise ValueError(
+                        f"from_jaxmarl: {self._env_name}'s {kind} space of {agent} is "
+                        f"{_describe(space)}, which eqxrl does not convert; eqxrl "
+                        "converts Discrete and Box spaces."
+                    )
+            groups = _agent_groups(
+                env, lambda agent: _signature(getattr(env, f"{kind}_space")(agent))
+            )
+            if len(groups) > 1:
+                self._refuse_differing(
+                    f"{kind} space",
+                    [
+                        (group, _describe(getattr(env, f"{kind}_space")(group[0])))
+                        for group in groups
+                    ],
+                )
+        with _jaxmarl_rules():
+            observations, _ = jax.eval_shape(env.reset, jr.key_data(jr.key(0)))
+        missing = [agent for agent in env.agents if agent not in observations]
+        if missing:
+            raise ValueError(
+                f"from_jaxmarl: {self._env_name}'s reset returns no observation for "
+                f"{_names(missing)}."
+            )
+        groups = _agent_groups(env, lambda agent: observations[agent].shape)
+        if len(groups) > 1:
+            self._refuse_differing(
+                "observation shape",
+                [(group, str(observations[group[0]].shape)) for group in groups],
+            )
+        shape = tuple(observations[env.agents[0]].shape)
+        space = env.observation_space(env.agents[0])
+        if isinstance(space, spaces.Discrete) and shape != ():
+            raise ValueError(
+                f"from_jaxmarl: {self._env_name}'s observation space is "
+                f"{_describe(space)} but its observations have shape {shape}."
+            )
+        return shape
+
+    def _refuse_differing(self, what: str, groups: list[tuple[list[str], str]]):
+        which = "; ".join(
+            f"{_names(agents)} {'has' if len(agents) == 1 else 'have'} {text}"
+            for agents, text in groups
+        )
+        raise ValueError(
+            f"from_jaxmarl: {self._env_name}'s agents do not share one {what}: "
+            f"{which}. "
+            "eqxrl stacks the agents of an environment along one axis, which needs "
+            "the same observation and action spaces for every agent; convert "
+            "environments whose agents share them (e.g. MPE_simple_spread_v3, "
+            "SMAX, Hanabi, Overcooked)."
+        )
+
+    @property
+    def observation_space(self) -> AbstractSpace:
+        """One agent's observations (every agent has the same)."""
+        space = self.jaxmarl_env.observation_space(self.jaxmarl_env.agents[0])
+        if isinstance(space, _jaxmarl().environments.spaces.Discrete):
+            return Discrete(int(space.n))
+        return _box(space, self._observation_shape, "the observation space")
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        """One agent's actions (every agent has the same)."""
+        space = self.jaxmarl_env.action_space(self.jaxmarl_env.agents[0])
+        if isinstance(space, _jaxmarl().environments.spaces.Discrete):
+            return Discrete(int(space.n))
+        return _box(space, _shape(space.shape), "the action space")
+
+    def _action_mask(
+        self, env_state: PyTree
+    ) -> Bool[Array, "num_agents num_actions"] | None:
+        method = _mask_method(self.jaxmarl_env)
+        space = self.action_space
+        if method is None or not isinstance(space, Discrete):
+            return None
+        with _jaxmarl_rules():
+            masks = method(env_state)
+        mask = jnp.stack(
+            [jnp.asarray(masks[agent]) != 0 for agent in self.jaxmarl_env.agents]
+        )
+        if mask.shape != (self.num_agents, space.num_values):
+            raise ValueError(
+                f"FromJaxMARL: {self._env_name}'s available actions have shape "
+                f"{mask.shape[1:]} per agent but its action space is "
+                f"Discrete({space.num_values})."
+            )
+        return mask
+
+    def _timestep(
+        self,
+        observations: dict[str, Any],
+        env_state: PyTree,
+        reward: Array,
+        terminated: Array,
+        truncated: Array,
+    ) -> TimeStep:
+        agents = self.jaxmarl_env.agents
+        dtype = self.observation_space.dtype
+        observation = jnp.stack(
+            [
+                jnp.reshape(jnp.asarray(observations[agent]), self._observation_shape)
+                for agent in agents
+            ]
+        ).astype(dtype)
+        extras = {
+            name: strongly_typed(value)
+            for name, value in observations.items()
+            if name not in agents
+        }
+        return TimeStep(
+            observation=observation,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            action_mask=self._action_mask(env_state),
+            extras=extras,
+        )
+
+    def reset(self, key: PRNGKeyArray) -> tuple[FromJaxMARLState, TimeStep]:
+        with _jaxmarl_rules():
+            observations, env_state = self.jaxmarl_env.reset(legacy_key(key))
+        env_state = strongly_typed(env_state)
+        state = FromJaxMARLState(env_state=env_state, step_count=jnp.int32(0))
+        false = jnp.bool_(False)
+        reward = jnp.zeros(self.num_agents, jnp.float32)
+        return state, self._timestep(observations, env_state, reward, false, false)
+
+    def step(
+        self,
+        state: FromJaxMARLState,
+        action: Shaped[ArrayLike, " num_agents *action_shape"],
+        key: PRNGKeyArray,
+    ) -> tuple[FromJaxMARLState, TimeStep]:
+        space = self.action_space
+        if isinstance(space, Discrete):
+            action = check_action(space, action, "FromJaxMARL.step")
+        action = jnp.asarray(action)
+        want = (self.num_agents, *space.shape)
+        if action.shape != want:
+            raise ValueError(
+                f"FromJaxMARL.step: action has shape {action.shape} but "
+                f"{self._env_name} has {self.num_agents} agents: give one action per "
+                "agent, shape "
+                f"{want}."
+            )
+        action = action.astype(space.dtype)
+        agents = self.jaxmarl_env.agents
+        actions = {agent: action[i] for i, agent in enumerate(agents)}
+        # JaxMARL's `step` splits its key into the transition's and a reset's.
+        step_key, _ = jr.split(legacy_key(key))
+        with _jaxmarl_rules():
+            observations, env_state, rewards, dones, _ = self.jaxmarl_env.step_env(
+                step_key, state.env_state, actions
+            )
+        env_state = strongly_typed(env_state)
+        step_count = state.step_count + 1
+        done = jnp.reshape(jnp.asarray(dones[_ALL]), ()).astype(jnp.bool_)
+        if self.time_limit is None:
+            truncated = jnp.bool_(False)
+        else:
+            truncated = done & (step_count >= self.time_limit)
+        reward = jnp.stack(
+            [jnp.reshape(jnp.asarray(rewards[agent]), ()) for agent in agents]
+        ).astype(jnp.float32)
+        next_state = FromJaxMARLState(env_state=env_state, step_count=step_count)
+        timestep = self._timestep(
+            observations, env_state, reward, done & ~truncated, truncated
+        )
+        return next_state, timestep
+
+
+def from_jaxmarl(
+    env: Any,
+    *,
+    time_limit: int | None | Literal["max_steps"] = "max_steps",
+    **make_kwargs: Any,
+) -> FromJaxMARL:
+    """Use a [JaxMARL](https://github.com/FLAIROx/JaxMARL) environment (MPE, SMAX,
+    Overcooked, Hanabi, ...) as an eqxrl multi-agent environment: one world, pure,
+    no auto-reset, every per-agent field stacked along a leading agent axis.
+
+    JaxMARL's dicts keyed by agent become arrays in the environment's agent order;
+    `get_avail_actions` (or Hanabi's `get_legal_moves`) becomes
+    `TimeStep.action_mask`; an episode that ends (`dones["__all__"]`) after at least
+    `time_limit` steps (the environment's `max_steps`) is truncated, earlier it is
+    terminated. The agents must share their spaces. See
+    [`FromJaxMARL`][eqxrl.envs.FromJaxMARL] for every rule and
+    [multi-agent environments][multi-agent] for the conventions.
+
+    **Arguments:**
+
+    - `env`: a JaxMARL `MultiAgentEnv`, or the name of a registered one (e.g.
+      `"MPE_simple_spread_v3"`), which is built with `jaxmarl.make(env,
+      **make_kwargs)`.
+    - `time_limit`: the step count from which an ending is a truncation (see
+      `FromJaxMARL`); by default the environment's `max_steps`.
+    - `make_kwargs`: keyword arguments of the environment's constructor (e.g.
+      `max_steps=50`, or SMAX's `scenario`), only with a name.
+
+    **Returns:**
+
+    A [`FromJaxMARL`][eqxrl.envs.FromJaxMARL] environment.
+
+    **Raises:**
+
+    `ValueError` naming the agents whose spaces differ, or the space eqxrl cannot
+    convert (`MultiDiscrete`, `Dict`, `Tuple`); `ImportError` without jaxmarl
+    installed.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.from_jaxmarl("MPE_simple_spread_v3")
+        eqxrl.envs.num_agents_of(env)  # 3
+        state, timestep = env.reset(jax.random.key(0))
+        timestep.observation.shape  # (3, 18)
+        actions = jnp.array([0, 1, 4], jnp.int32)
+        state, timestep = env.step(state, actions, jax.random.key(1))
+        timestep.reward.shape  # (3,)
+        ```
+    """
+    jaxmarl = _jaxmarl()
+    if isinstance(env, str):
+        env = jaxmarl.make(env, **make_kwargs)
+    elif make_kwargs:
+        raise TypeError(
+            f"from_jaxmarl: keyword arguments {sorted(make_kwargs)} configure an "
+            "environment built by name; pass them to the JaxMARL environment's "
+            "constructor instead."
+        )
+    return FromJaxMARL(env, time_limit=time_limit)

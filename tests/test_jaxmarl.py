@@ -1,0 +1,315 @@
+"""`from_jaxmarl`: JaxMARL's dict-per-agent environments as eqxrl multi-agent
+environments (stacked agents, masks from available actions, termination vs
+truncation by the time limit, refusals naming the agents or space)."""
+
+import contextlib
+import warnings
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+with warnings.catch_warnings():
+    # JaxMARL imports jaxopt, which warns on import that it is unmaintained.
+    warnings.filterwarnings("ignore", message="JAXopt is no longer maintained")
+    jaxmarl = pytest.importorskip("jaxmarl")
+
+from jaxmarl.environments.multi_agent_env import (  # noqa: E402
+    MultiAgentEnv,
+    State,
+)
+from jaxmarl.environments.smax import map_name_to_scenario  # noqa: E402
+from jaxmarl.environments.spaces import (
+    Box as JaxMARLBox,  # noqa: E402
+    Discrete as JaxMARLDiscrete,  # noqa: E402
+)
+from jaxmarl.wrappers.baselines import LogWrapper  # noqa: E402
+
+from eqxrl.envs import (  # noqa: E402
+    AutoReset,
+    Box,
+    Discrete,
+    EpisodeStatistics,
+    FromJaxMARL,
+    FromJaxMARLState,
+    check_environment,
+    from_jaxmarl,
+    num_agents_of,
+)
+
+
+@contextlib.contextmanager
+def jaxmarl_rules():
+    """JAX's default promotion rules, which JaxMARL's code needs when a test calls
+    it directly (conftest.py raises on rank promotion and promotes dtypes
+    strictly); `from_jaxmarl` sets them itself."""
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        yield
+
+
+class Relay(MultiAgentEnv):
+    """A tiny JaxMARL environment whose episodes end both ways: agent_0's action 2
+    ends it (a termination), and `max_steps` steps end it (the time limit).
+    agent_1's action 2 is available only on the first step; rewards are the step
+    count times the agent's number."""
+
+    def __init__(self, max_steps=3, agent_1_actions=3):
+        super().__init__(num_agents=2)
+        self.max_steps = max_steps
+        self.observation_spaces = {a: JaxMARLBox(0.0, 9.0, (2,)) for a in self.agents}
+        self.action_spaces = {
+            "agent_0": JaxMARLDiscrete(3),
+            "agent_1": JaxMARLDiscrete(agent_1_actions),
+        }
+
+    def get_obs(self, state):
+        return {
+            agent: jnp.stack([state.step, i]).astype(jnp.float32)
+            for i, agent in enumerate(self.agents)
+        }
+
+    def reset(self, key):
+        state = State(done=jnp.bool_(False), step=jnp.int32(0))
+        return self.get_obs(state), state
+
+    def step_env(self, key, state, actions):
+        step = state.step + 1
+        done = (actions["agent_0"] == 2) | (step >= self.max_steps)
+        state = State(done=done, step=step)
+        rewards = {
+            agent: (step * (i + 1)).astype(jnp.float32)
+            for i, agent in enumerate(self.agents)
+        }
+        dones = {agent: done for agent in self.agents}
+        dones["__all__"] = done
+        return self.get_obs(state), state, rewards, dones, {}
+
+    def get_avail_actions(self, state):
+        return {
+            "agent_0": jnp.ones(3, jnp.uint8),
+            "agent_1": jnp.stack([1, 1, state.step < 1]).astype(jnp.uint8),
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Conversion
+
+
+def test_mpe_simple_spread_spaces_and_contract():
+    env = from_jaxmarl("MPE_simple_spread_v3")
+    assert isinstance(env, FromJaxMARL)
+    check_environment(env)
+    assert num_agents_of(env) == 3 and num_agents_of(AutoReset(env)) == 3
+    assert isinstance(env.observation_space, Box)
+    assert env.observation_space.shape == (18,)
+    assert env.action_space == Discrete(5)
+    assert env.time_limit == 25  # MPE's max_steps
+    state, timestep = env.reset(jr.key(0))
+    assert isinstance(state, FromJaxMARLState)
+    assert timestep.observation.shape == (3, 18)
+    assert timestep.observation.dtype == jnp.float32
+    assert timestep.reward.shape == (3,) and timestep.reward.dtype == jnp.float32
+    assert timestep.terminated.shape == () and timestep.truncated.shape == ()
+    assert timestep.action_mask is None  # MPE has no available actions
+    assert timestep.extras == {}
+
+
+def test_matches_jaxmarl_step_by_step():
+    """For the same keys and actions, eqxrl's step gives JaxMARL's `step_env`
+    exactly, and JaxMARL's `step` (which auto-resets) until the episode ends."""
+    jaxmarl_env = jaxmarl.make("MPE_simple_spread_v3")
+    env = from_jaxmarl(jaxmarl_env)
+    agents = jaxmarl_env.agents
+
+    def stack(tree):
+        return np.stack([np.asarray(tree[agent]) for agent in agents])
+
+    # Unjitted, so both sides run JaxMARL's own compiled `step_env`.
+    state, timestep = env.reset(jr.key(0))
+    with jaxmarl_rules():
+        observations, reference = jaxmarl_env.reset(jr.key_data(jr.key(0)))
+    np.testing.assert_array_equal(timestep.observation, stack(observations))
+    jax.tree.map(np.testing.assert_array_equal, state.env_state, reference)
+    # The same state with eqxrl's dtypes (JaxMARL's reset leaves Python ints in
+    # it), so that the reference reuses the compiled `step_env`.
+    reference = state.env_state
+    rng = np.random.default_rng(0)
+    for t in range(1, 27):
+        actions = rng.integers(0, 5, len(agents)).astype(np.int32)
+        key = jr.key(t)
+        state, timestep = env.step(state, jnp.asarray(actions), key)
+        as_dict = {agent: jnp.int32(actions[i]) for i, agent in enumerate(agents)}
+        step_key, _ = jr.split(jr.key_data(key))
+        with jaxmarl_rules():
+            auto_reset = jaxmarl_env.step(jr.key_data(key), reference, as_dict)
+            expected = jaxmarl_env.step_env(step_key, reference, as_dict)
+        observations, reference, rewards, dones, _ = expected
+        np.testing.assert_array_equal(timestep.observation, stack(observations))
+        np.testing.assert_array_equal(timestep.reward, stack(rewards))
+        done = bool(dones["__all__"])
+        if not done:  # JaxMARL's public step, another compiled program
+            np.testing.assert_allclose(
+                timestep.observation, stack(auto_reset[0]), rtol=1e-6, atol=1e-6
+            )
+        assert bool(timestep.terminated) is False
+        assert bool(timestep.truncated) is done  # MPE ends only by its time limit
+        if done:
+            break
+    assert t == 26  # MPE's episodes: done once 25 steps have passed
+    # JaxMARL's step started a new episode; eqxrl's kept the final observation.
+    assert not np.allclose(timestep.observation, stack(auto_reset[0]))
+    assert int(state.step_count) == 26
+
+
+def test_termination_truncation_and_masks_on_a_relay():
+    env = from_jaxmarl(Relay())
+    check_environment(env)
+    assert env.observation_space == Box(0.0, 9.0, (2,))
+    assert env.action_space == Discrete(3)
+    state, timestep = env.reset(jr.key(0))
+    np.testing.assert_array_equal(timestep.observation, [[0, 0], [0, 1]])
+    np.testing.assert_array_equal(
+        timestep.action_mask, [[True, True, True], [True, True, True]]
+    )
+    assert timestep.action_mask.dtype == jnp.bool_
+    flags = []
+    for t in range(3):
+        state, timestep = env.step(state, jnp.array([0, 1], jnp.int32), jr.key(t))
+        flags.append((bool(timestep.terminated), bool(timestep.truncated)))
+        np.testing.assert_array_equal(timestep.reward, [t + 1, 2 * (t + 1)])
+        # agent_1's action 2 is available only before the first step.
+        np.testing.assert_array_equal(timestep.action_mask[1], [True, True, False])
+    assert flags == [(False, False), (False, False), (False, True)]
+
+    # agent_0's action 2 ends the episode before the time limit: terminated.
+    state, _ = env.reset(jr.key(0))
+    state, timestep = env.step(state, jnp.array([2, 0], jnp.int32), jr.key(0))
+    assert bool(timestep.terminated) and not bool(timestep.truncated)
+    # ... and on the limit's step it counts as truncated (the documented rule).
+    state, _ = env.reset(jr.key(0))
+    for t in range(3):
+        state, timestep = env.step(state, jnp.array([2 * (t == 2), 0]), jr.key(t))
+    assert bool(timestep.truncated) and not bool(timestep.terminated)
+
+    # time_limit=None: every ending terminates; another limit moves the boundary.
+    never = from_jaxmarl(Relay(), time_limit=None)
+    later = from_jaxmarl(Relay(), time_limit=4)
+    for env, want in ((never, (True, False)), (later, (True, False))):
+        state, _ = env.reset(jr.key(0))
+        for t in range(3):
+            state, timestep = env.step(state, jnp.array([0, 0]), jr.key(t))
+        assert (bool(timestep.terminated), bool(timestep.truncated)) == want
+    with pytest.raises(ValueError, match="time_limit=0 must be a positive int"):
+        from_jaxmarl(Relay(), time_limit=0)
+
+
+def test_action_checks():
+    env = from_jaxmarl(Relay())
+    state, _ = env.reset(jr.key(0))
+    with pytest.raises(ValueError, match=r"outside the action space Discrete\(3\)"):
+        env.step(state, jnp.array([0, 3], jnp.int32), jr.key(0))
+    with pytest.raises(ValueError, match=r"give one action per agent, shape \(2,\)"):
+        env.step(state, jnp.array([0, 1, 2], jnp.int32), jr.key(0))
+
+
+def test_smax_available_actions_are_masks():
+    scenario = map_name_to_scenario("3m")
+    jaxmarl_env = jaxmarl.make("SMAX", scenario=scenario)
+    env = from_jaxmarl(jaxmarl_env)
+    check_environment(env)
+    assert num_agents_of(env) == 6  # 3 allies and 3 enemies, all controlled
+    assert env.action_space == Discrete(8)
+    state, timestep = env.reset(jr.key(0))  # unjitted: JaxMARL's compiled calls
+    for t in range(3):
+        with jaxmarl_rules():
+            avail = jaxmarl_env.get_avail_actions(state.env_state)
+        expected = np.stack([np.asarray(avail[a]) != 0 for a in jaxmarl_env.agents])
+        np.testing.assert_array_equal(timestep.action_mask, expected)
+        assert timestep.action_mask.shape == (6, 8)
+        assert timestep.extras["world_state"].ndim == 1  # SMAX's global state
+        actions = jnp.argmax(timestep.action_mask, axis=1).astype(jnp.int32)
+        state, timestep = env.step(state, actions, jr.key(t))
+
+
+def test_continuous_mpe_actions():
+    jaxmarl_env = jaxmarl.make("MPE_simple_spread_v3", action_type="Continuous")
+    env = from_jaxmarl(jaxmarl_env)
+    assert env.action_space == Box(0.0, 1.0, (5,))
+    start, _ = env.reset(jr.key(0))
+    actions = jnp.full((3, 5), 0.5, jnp.float32).at[:, 1].set(1.0)
+    state, timestep = env.step(start, actions, jr.key(1))
+    step_key, _ = jr.split(jr.key_data(jr.key(1)))
+    as_dict = {agent: actions[i] for i, agent in enumerate(jaxmarl_env.agents)}
+    with jaxmarl_rules():
+        observations, *_ = jaxmarl_env.step_env(step_key, start.env_state, as_dict)
+    np.testing.assert_array_equal(timestep.observation[2], observations["agent_2"])
+
+
+def test_random_policy_rollout():
+    """A vmapped, auto-resetting random rollout in one compiled scan: every episode
+    is 26 steps and ends truncated, with one return per agent."""
+    env = EpisodeStatistics(from_jaxmarl("MPE_simple_spread_v3"))
+    env = AutoReset(env)
+    num_envs, num_steps = 4, 60
+
+    @eqx.filter_jit
+    def rollout(env, key):
+        states, timesteps = jax.vmap(env.reset)(jr.split(key, num_envs))
+
+        def body(carry, key):
+            states, _ = carry
+            action_key, step_key = jr.split(key)
+            actions = jr.randint(action_key, (num_envs, 3), 0, 5, jnp.int32)
+            states, timesteps = jax.vmap(env.step)(
+                states, actions, jr.split(step_key, num_envs)
+            )
+            return (states, timesteps), timesteps
+
+        _, timesteps = lax.scan(body, (states, timesteps), jr.split(key, num_steps))
+        return timesteps
+
+    timesteps = rollout(env, jr.key(0))
+    assert timesteps.observation.shape == (num_steps, num_envs, 3, 18)
+    assert timesteps.reward.shape == (num_steps, num_envs, 3)
+    truncated = np.asarray(timesteps.truncated)
+    assert not np.asarray(timesteps.terminated).any()
+    steps = np.flatnonzero(truncated[:, 0]) + 1
+    np.testing.assert_array_equal(steps, [26, 52])  # every env, every 26 steps
+    assert truncated.sum() == 2 * num_envs
+    returns = np.asarray(timesteps.extras["episode_return"])[truncated]
+    assert returns.shape == (2 * num_envs, 3)
+    assert np.isfinite(returns).all() and (returns < 0).all()  # distance costs
+
+
+# --------------------------------------------------------------------------------------
+# Refusals
+
+
+def test_differing_spaces_name_the_agents():
+    with pytest.raises(ValueError) as error:
+        from_jaxmarl("MPE_simple_adversary_v3")
+    message = str(error.value)
+    assert "do not share one observation space" in message
+    assert "adversary_0 has Box(shape=(8,)" in message
+    assert "agent_0 and agent_1 have Box(shape=(10,)" in message
+    with pytest.raises(ValueError, match=r"adversary_0, adversary_1 and adversary_2"):
+        from_jaxmarl("MPE_simple_tag_v3")
+    with pytest.raises(
+        ValueError,
+        match=r"do not share one action space: agent_0 has Discrete\(3\); agent_1 "
+        r"has Discrete\(4\)",
+    ):
+        from_jaxmarl(Relay(agent_1_actions=4))
+
+
+def test_unsupported_spaces_and_wrappers_are_refused():
+    with pytest.raises(ValueError, match=r"agent_0 is MultiDiscrete\(\[2, 2\]\)"):
+        from_jaxmarl("switch_riddle")
+    with pytest.raises(TypeError, match="JaxMARL's wrappers"):
+        from_jaxmarl(LogWrapper(Relay()))
+    with pytest.raises(TypeError, match="configure an environment built by name"):
+        from_jaxmarl(Relay(), max_steps=5)
