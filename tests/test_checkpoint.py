@@ -268,3 +268,60 @@ def test_generic_algorithm_round_trip(tmp_path, toy):
     loaded, rebuilt = eqxrl.load_checkpoint(path)
     assert_bitwise_equal(loaded, state)
     assert eqx.tree_equal(rebuilt, algorithm)
+
+
+def test_sharded_checkpoint_folders(tmp_path, ppo, state):
+    """The `.orbax` folders of runs over a mesh: a round trip is exact, and a
+    folder that does not fit (another configuration, an edited header, a damaged
+    shard) is refused with the reason."""
+    pytest.importorskip("orbax.checkpoint")
+    from eqxrl.training._config import algorithm_to_config
+    from eqxrl.training._sharded_checkpoint import write_sharded_checkpoint
+
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    (directory / ".checkpoint-000000001.orbax.tmp").mkdir()  # a killed write
+    path = directory / "checkpoint-000000002.orbax"
+    write_sharded_checkpoint(
+        path,
+        state,
+        kind="training_state",
+        config=algorithm_to_config(ppo),
+        metadata={"iteration": 2},
+    )
+    assert list_checkpoints(directory) == [(2, path)]
+    assert read_checkpoint_header(path)["metadata"] == {"iteration": 2}
+    loaded, algorithm = eqxrl.load_checkpoint(tmp_path / "checkpoints")
+    assert_bitwise_equal(loaded, state)
+    assert algorithm.num_envs == ppo.num_envs
+
+    wider = dataclasses.replace(ppo, hidden_sizes=(16,))
+    with pytest.raises(CheckpointError, match="another configuration: hidden_sizes"):
+        eqxrl.load_checkpoint(path, algorithm=wider)
+
+    header_path = path / "header.json"
+    original = header_path.read_bytes()
+    header = json.loads(original)
+    header["config"]["fields"].update(hidden_sizes=[16])
+    header_path.write_text(json.dumps(header))
+    with pytest.raises(CheckpointError, match="checksum of its header") as error:
+        eqxrl.load_checkpoint(path)
+    assert error.value.corrupt
+    # The same edit with its checksum redone: the arrays no longer fit it.
+    edited = header_path.read_bytes()
+    (path / "header.sha256").write_text(hashlib.sha256(edited).hexdigest())
+    with pytest.raises(CheckpointError, match=r"does not match.*\[8, 4\]"):
+        eqxrl.load_checkpoint(path)
+    header_path.write_bytes(original)
+    (path / "header.sha256").write_text(hashlib.sha256(original).hexdigest())
+
+    # orbax's data files (tensorstore's OCDBT), overwritten in place.
+    data_files = [p for p in (path / "arrays").rglob("*") if p.parent.name == "d"]
+    assert data_files
+    for data_file in data_files:
+        data_file.write_bytes(b"\0" * data_file.stat().st_size)
+    with pytest.raises(CheckpointError, match="is corrupt") as error:
+        eqxrl.load_checkpoint(path)
+    assert error.value.corrupt
+
+    assert prune_checkpoints(directory, 0) == [path] and not path.exists()
