@@ -51,6 +51,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/snake.py
 	$(BIN)/python benchmarks/value_based.py --parts buffer defaults
 	$(BIN)/python benchmarks/scaling.py
+	$(BIN)/python benchmarks/multiagent.py
 
 # Peers (gymnax, rejax) live in their own venv: rejax 0.1.3 needs gymnax 0.0.9.
 PEERS := .venv-peers

@@ -115,6 +115,22 @@ SMOKE_RUNS = {
         ],
         ["brax", "jax<0.9"],  # Brax's trainers call jax.device_put_replicated
     ),
+    "multiagent.py": (
+        # Every part at toy sizes: 2 epochs of Sorrel's experiment (1 seed), one
+        # scaling row, one loop row (the same compiled program as that row).
+        ["--epochs", "2", "--seeds", "1", "--worlds", "1", "--agents", "2"]
+        + ["--steps", "2", "--iterations", "1", "--loop-agents", "2"]
+        + ["--loop-iterations", "1"],
+        [
+            rf"sorrel experiment: .* run {NUMBER} s \({NUMBER} s per 1000 epochs\), "
+            rf"{NUMBER}x faster",
+            rf"sorrel learning curve: 1 seed\(s\) vmapped, compile {NUMBER} s, run "
+            rf"{NUMBER} s",
+            rf"^\s*1\s+2\s+{NUMBER}\s+{NUMBER}$",  # agent-steps/s, compile s
+            rf"^\s*2\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}x$",  # fused, loop, speed-up
+        ],
+        [],
+    ),
     "peers.py": (
         ["--skip-ppo", "--env-pairs", "1", "--num-envs", "64", "--env-steps", "100"]
         + ["--min-work", "1000"],

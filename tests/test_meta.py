@@ -53,6 +53,7 @@ def test_public_names_have_docstrings():
         eqxrl.distributions,
         eqxrl.buffers,
         eqxrl.algorithms,
+        eqxrl.multiagent,
         eqxrl.training,
     ]
     for package in packages:
@@ -77,6 +78,7 @@ def test_public_names_are_in_the_api_docs():
         eqxrl.distributions,
         eqxrl.buffers,
         eqxrl.algorithms,
+        eqxrl.multiagent,
         eqxrl.training,
     ]
     for package in packages:

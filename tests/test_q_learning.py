@@ -251,12 +251,12 @@ def test_invalid_environments_raise(env):
         eqxrl.IQN(env=env, kappa=0.0)
 
 
-def test_dqn_loss_is_huber_and_squared_at_infinite_threshold(env):
-    from eqxrl.buffers import ReplaySample
+def cartpole_batch() -> "eqxrl.buffers.ReplaySample":
+    """Eight made-up CartPole transitions, a third of them terminal."""
 
     def example(i):
         observation = jnp.full(4, i, jnp.float32) * 0.1
-        return ReplaySample(
+        return eqxrl.buffers.ReplaySample(
             observation=observation,
             action=i % 2,
             reward=jnp.float32(1.0) * i,
@@ -266,7 +266,11 @@ def test_dqn_loss_is_huber_and_squared_at_infinite_threshold(env):
             num_steps=jnp.int32(1),
         )
 
-    batch = jax.vmap(example)(jnp.arange(8, dtype=jnp.int32))
+    return jax.vmap(example)(jnp.arange(8, dtype=jnp.int32))
+
+
+def test_dqn_loss_is_huber_and_squared_at_infinite_threshold(env):
+    batch = cartpole_batch()
 
     @jax.jit
     def losses(delta):
@@ -292,6 +296,80 @@ def test_dqn_loss_is_huber_and_squared_at_infinite_threshold(env):
     huber = np.where(magnitude <= 1.0, 0.5 * np.square(error), magnitude - 0.5)
     assert (magnitude > 1.0).any() and (magnitude <= 1.0).any()
     np.testing.assert_allclose(loss, np.mean(huber), rtol=1e-5)
+
+
+def test_multiplicative_exploration_decays_once_per_iteration(env):
+    """`exploration_decay`: epsilon is `initial * decay ** iteration`, at least
+    `final` (Sorrel's per-epoch decay), 1 before `learning_starts`."""
+    dqn = small(
+        "DQN",
+        env,
+        exploration_initial_eps=0.8,
+        exploration_final_eps=0.15,
+        exploration_decay=0.5,
+        learning_starts=8,
+    )
+    spi = dqn.steps_per_iteration  # 8
+    steps = np.arange(6 * spi)
+    epsilon = np.asarray(jax.vmap(dqn.epsilon)(jnp.asarray(steps, jnp.int32)))
+    expected = np.maximum(0.8 * 0.5 ** (steps // spi), 0.15)
+    expected = np.where(steps < 8, 1.0, expected)
+    np.testing.assert_allclose(epsilon, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="exploration_decay"):
+        small("DQN", env, exploration_decay=1.5)
+    with pytest.raises(ValueError, match="target_copy_interval"):
+        small("DQN", env, target_copy_interval=0)
+
+
+def test_target_copies_on_top_of_soft_updates(env):
+    """`target_copy_interval`: with `tau = 0` (soft updates that never move the
+    target) and a copy every 2 updates (each iteration's last), the target ends
+    equal to the online network; without copies it stays the initial network."""
+    algorithm = small("DQN", env, tau=0.0, target_copy_interval=2)
+    state, _ = eqx.filter_jit(lambda a, k: a.train(k))(algorithm, jr.key(0))
+    for online, target in zip(
+        jax.tree.leaves(eqx.filter(state.network, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(state.target_network, eqx.is_array)),
+    ):
+        np.testing.assert_array_equal(online, target)
+    initial = eqx.filter_jit(algorithm.init)(jr.key(0)).network
+    assert not all(
+        np.array_equal(a, b)
+        for a, b in zip(
+            jax.tree.leaves(eqx.filter(initial, eqx.is_array)),
+            jax.tree.leaves(eqx.filter(state.target_network, eqx.is_array)),
+        )
+    )
+
+
+def test_iqn_mean_quantile_loss_and_noisy_draws(env):
+    """`quantile_loss="mean"` is the summed loss over `num_quantiles`; with
+    `noisy=True` the loss draws noise from its key (scaled by the layers'
+    sigmas)."""
+    batch = cartpole_batch()
+
+    @eqx.filter_jit
+    def loss(iqn, key, sigma_scale=1.0):
+        network = iqn.make_network(jr.key(0))
+        if iqn.noisy:
+            network = eqx.tree_at(
+                lambda n: [n.hidden[0].sigma_weight, n.head.linear.sigma_weight],
+                network,
+                replace_fn=lambda sigma: sigma * sigma_scale,
+            )
+        return iqn.loss(network, network, batch, key)[0]
+
+    summed = loss(small("IQN", env), jr.key(1))
+    mean = loss(small("IQN", env, quantile_loss="mean"), jr.key(1))
+    np.testing.assert_allclose(mean * SMALL_IQN["num_quantiles"], summed, rtol=1e-6)
+    noisy = small("IQN", env, noisy=True, dueling=True)
+    a, b = loss(noisy, jr.key(1)), loss(noisy, jr.key(2))
+    assert a != b and a == loss(noisy, jr.key(1))
+    assert loss(noisy, jr.key(1), 0.5) != a  # the draw scales with sigma
+    with pytest.raises((ValueError, TypeError), match="quantile_loss"):
+        small("IQN", env, quantile_loss="median")
+    with pytest.raises(ValueError, match="noisy"):
+        small("IQN", env, noisy=True, network_factory=lambda env, key: None)
 
 
 def test_quantile_huber_loss_matches_the_formula():

@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -175,3 +176,90 @@ def test_algorithms_take_q_networks_by_their_interface():
             env=env,
             network_factory=lambda env, key: eqxrl.nn.MLPActorCritic(4, 2, key=key),
         )
+
+
+def test_noisy_linear_noise_is_keyed_and_zero_sigma_is_linear():
+    """A NoisyLinear is its mean layer when called; `sample_noise` draws noise that
+    changes with the key, is the same for the same key, and is nothing at
+    sigma = 0 (where the layer is an ordinary linear layer of its means)."""
+    from eqxrl.nn import NoisyLinear, has_noisy_layers, sample_noise
+
+    layer = NoisyLinear(5, 3, key=jr.key(0))
+    x = jnp.arange(5, dtype=jnp.float32) / 5
+    linear = eqx.nn.Linear(5, 3, key=jr.key(1))
+    linear = eqx.tree_at(
+        lambda lin: (lin.weight, lin.bias), linear, (layer.weight, layer.bias)
+    )
+    np.testing.assert_allclose(layer(x), linear(x), rtol=1e-6)
+    bound = np.sqrt(3 / 5)  # Sorrel's initialization of the means
+    assert np.all(np.abs(layer.weight) <= bound) and np.all(np.abs(layer.bias) <= bound)
+    np.testing.assert_array_equal(
+        layer.sigma_weight, np.full((3, 5), 0.017, np.float32)
+    )
+
+    noisy = jax.jit(lambda layer, key: sample_noise(layer, key)(x))
+    a, a_again, b = (
+        noisy(layer, jr.key(2)),
+        noisy(layer, jr.key(2)),
+        noisy(layer, jr.key(3)),
+    )
+    np.testing.assert_array_equal(a, a_again)
+    assert not np.allclose(a, b) and not np.allclose(a, layer(x))
+    # The noise is Gaussian with the layer's scales: weight + sigma * eps.
+    many = jax.vmap(lambda k: sample_noise(layer, k).weight)(jr.split(jr.key(4), 4000))
+    np.testing.assert_allclose(many.mean(0), layer.weight, atol=0.0017 * 5)
+    np.testing.assert_allclose(many.std(0), 0.017, rtol=0.1)
+
+    quiet = NoisyLinear(5, 3, sigma_init=0.0, key=jr.key(0))
+    np.testing.assert_array_equal(noisy(quiet, jr.key(2)), quiet(x))
+    np.testing.assert_allclose(noisy(quiet, jr.key(2)), linear(x), rtol=1e-6)
+
+    # Gradients reach the scales through a draw.
+    def loss(layer):
+        return jnp.sum(sample_noise(layer, jr.key(5))(x) ** 2)
+
+    grads = jax.grad(loss)(layer)
+    assert np.any(np.asarray(grads.sigma_weight) != 0)
+    assert has_noisy_layers([1, {"a": layer}]) and not has_noisy_layers(linear)
+    assert sample_noise(linear, jr.key(0)) is linear
+    with pytest.raises(ValueError, match="in_features"):
+        NoisyLinear(0, 3, key=jr.key(0))
+
+
+def test_implicit_quantile_network_noisy_dueling_head():
+    """`noisy=True` makes the layers after the fraction embedding noisy (Sorrel's
+    IQN), `dueling=True` centres the advantages; the network's own outputs use
+    the means."""
+    from eqxrl.nn import NoisyLinear, sample_noise
+
+    network = ImplicitQuantileNetwork(
+        6,
+        4,
+        hidden_sizes=(8,),
+        head_sizes=(8,),
+        num_cosines=5,
+        dueling=True,
+        noisy=True,
+        key=jr.key(0),
+    )
+    assert [type(layer) for layer in network.torso] == [eqx.nn.Linear]
+    assert type(network.embedding) is eqx.nn.Linear
+    assert [type(layer) for layer in network.hidden] == [NoisyLinear]
+    assert type(network.head.linear) is NoisyLinear
+    assert network.head.linear.out_features == 5  # value + 4 advantages
+    fractions = jnp.array([0.1, 0.5, 0.9])
+    observation = jnp.linspace(0, 1, 6)
+    quantiles = eqx.filter_jit(network.quantile_values)(observation, fractions)
+    assert quantiles.shape == (3, 4)
+    noisy = sample_noise(network, jr.key(1))
+    assert not np.allclose(noisy.quantile_values(observation, fractions), quantiles)
+    # Dueling: value plus centred advantages of the (mean) head layer.
+    features = jnp.linspace(-1, 1, 8)
+    outputs = network.head.linear(features)
+    np.testing.assert_allclose(
+        network.head(features),
+        outputs[0] + outputs[1:] - outputs[1:].mean(),
+        rtol=1e-6,
+    )
+    plain = ImplicitQuantileNetwork(6, 4, hidden_sizes=(8,), key=jr.key(0))
+    assert all(type(layer) is eqx.nn.Linear for layer in plain.hidden)

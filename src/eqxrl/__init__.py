@@ -20,6 +20,7 @@ if TYPECHECK:
             buffers as buffers,
             distributions as distributions,
             envs as envs,
+            multiagent as multiagent,
             nn as nn,
             training as training,
         )
@@ -29,6 +30,7 @@ else:
         buffers as buffers,
         distributions as distributions,
         envs as envs,
+        multiagent as multiagent,
         nn as nn,
         training as training,
     )

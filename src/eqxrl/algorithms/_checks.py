@@ -17,13 +17,29 @@ from ..envs import (
     Box,
     Discrete,
     check_environment,
+    num_agents_of,
     unwrap,
 )
 from ..nn import AbstractActorCritic, AbstractQNetwork, AbstractQuantileNetwork
 
 
 def _example_timestep(env: AbstractEnvironment) -> Any:
-    return eqx.filter_eval_shape(env.reset, jr.key(0))[1]
+    """The shapes of a timestep of `env`; of one agent's observation and action mask
+    in a multi-agent environment (a leading agent axis on those), which is what an
+    algorithm's network sees when the algorithm trains one agent."""
+    timestep = eqx.filter_eval_shape(env.reset, jr.key(0))[1]
+    if num_agents_of(env) is None:
+        return timestep
+
+    def first_agent(tree: Any) -> Any:
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), tree)
+
+    return eqx.tree_at(
+        lambda t: (t.observation, t.action_mask),
+        timestep,
+        (first_agent(timestep.observation), first_agent(timestep.action_mask)),
+        is_leaf=lambda x: x is None,
+    )
 
 
 def _outputs_on_an_example(actor_critic: Any, env: AbstractEnvironment) -> Any:
@@ -191,3 +207,32 @@ def refuse_auto_reset(name: str, env: AbstractEnvironment) -> None:
                 f"{name}: pass the environment without AutoReset; {name} adds "
                 "AutoReset and EpisodeStatistics itself."
             )
+
+
+def refuse_multi_agent(
+    name: str, env: AbstractEnvironment, *, independent: bool = True
+) -> None:
+    """A `ValueError` if `env` is a multi-agent environment: an algorithm trains one
+    agent; [`Independent`][eqxrl.multiagent.Independent] trains one per agent (of
+    the algorithms it supports, `independent`). Algorithms call it when asked to
+    train (`init`), not at construction, so that an algorithm configured on a
+    multi-agent environment can be handed to `Independent`."""
+    num_agents = num_agents_of(env)
+    if num_agents is None:
+        return
+    what = (
+        f"{describe(env)} is a multi-agent environment ({num_agents} agents) and "
+        f"{name} trains one agent."
+    )
+    if independent:
+        fix = (
+            f"Train one {name} per agent with eqxrl.multiagent.Independent("
+            f"{name.lower()}) (the command line does so: eqxrl train ENV --algo "
+            f"{name.lower()})."
+        )
+    else:
+        fix = (
+            f"Independent {name} learners are not supported yet; train one DQN or "
+            "IQN per agent with eqxrl.multiagent.Independent(eqxrl.IQN(env=env))."
+        )
+    raise ValueError(f"{name}: {what} {fix}")

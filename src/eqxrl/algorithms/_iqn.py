@@ -1,5 +1,5 @@
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -7,9 +7,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._config import in_range
-from .._random import uniform as random_uniform
+from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplaySample
-from ..nn import AbstractQuantileNetwork, ImplicitQuantileNetwork, greedy_action
+from ..nn import (
+    AbstractQuantileNetwork,
+    ImplicitQuantileNetwork,
+    greedy_action,
+    has_noisy_layers,
+    sample_noise,
+)
 from ._q_learning import AbstractQLearning, default_encoder
 
 
@@ -97,6 +103,16 @@ class IQN(AbstractQLearning):
     - `kappa`: the Huber threshold of the quantile loss.
     - `head_sizes`: widths of its hidden layers after the fraction embedding.
     - `num_cosines`: cosine features per fraction.
+    - `noisy`: give the default network noisy layers after the fraction
+      embedding ([`NoisyLinear`][eqxrl.nn.NoisyLinear], as Sorrel's IQN). Acting
+      uses their means; each loss evaluation draws one noise sample per network
+      pass (the online network's prediction, its greedy bootstrap action, the
+      target network's quantiles), shared by the minibatch. A `network_factory`
+      network with noisy layers gets the same treatment.
+    - `sigma_init`: the noisy layers' initial noise scale (Sorrel's 0.017).
+    - `quantile_loss`: how a transition's loss combines its `num_quantiles`
+      predicted quantiles: `"sum"` (the IQN paper's) or `"mean"` (Sorrel's, the
+      sum divided by `num_quantiles`; it matters with gradient clipping).
 
     !!! example
 
@@ -120,6 +136,11 @@ class IQN(AbstractQLearning):
     )
     head_sizes: tuple[int, ...] = eqx.field(static=True, default=(64,))
     num_cosines: int = eqx.field(static=True, default=64)
+    noisy: bool = eqx.field(static=True, default=False)
+    sigma_init: Float[Array, ""] = eqx.field(
+        default=0.017, converter=in_range("sigma_init", 0.0, math.inf, finite=True)
+    )
+    quantile_loss: Literal["sum", "mean"] = eqx.field(static=True, default="sum")
 
     def __check_init__(self):
         for field in (
@@ -137,6 +158,16 @@ class IQN(AbstractQLearning):
                 raise ValueError(f"IQN: {field}={sizes} must be positive integers.")
         if not self.hidden_sizes:
             raise ValueError("IQN: hidden_sizes must not be empty.")
+        if self.quantile_loss not in ("sum", "mean"):
+            raise ValueError(
+                f"IQN: quantile_loss={self.quantile_loss!r} must be 'sum' or 'mean'."
+            )
+        if self.noisy and self.network_factory is not None:
+            raise ValueError(
+                "IQN: noisy=True builds the default network with noisy layers; with "
+                "network_factory, put eqxrl.nn.NoisyLinear layers in your network "
+                "instead (the loss samples their noise)."
+            )
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQuantileNetwork:
         """The initial network: `network_factory(env, key)` or an
@@ -152,6 +183,8 @@ class IQN(AbstractQLearning):
             num_cosines=self.num_cosines,
             num_acting_quantiles=self.num_acting_quantiles,
             dueling=self.dueling,
+            noisy=self.noisy,
+            sigma_init=self.sigma_init,
             encoder=encoder,
             key=key,
         )
@@ -171,6 +204,9 @@ class IQN(AbstractQLearning):
         `(loss, {"loss": ..., "q_value": mean over the batch of the sampled
         quantiles of Z(s, a)})`.
         """
+        noisy = has_noisy_layers(network)
+        if noisy:
+            key, online_key, greedy_key, target_key = random_split(key, 4)
         batch_size = batch.reward.shape[0]
         num_fractions = (
             self.num_quantiles + self.num_target_quantiles + self.num_acting_quantiles
@@ -194,6 +230,15 @@ class IQN(AbstractQLearning):
         greedy_network = (
             jax.lax.stop_gradient(network) if self.double_q else target_network
         )
+        if noisy:
+            # One draw of noise per network pass, shared by the minibatch.
+            target_network = sample_noise(target_network, target_key)
+            greedy_network = (
+                sample_noise(greedy_network, greedy_key)
+                if self.double_q
+                else target_network
+            )
+            network = sample_noise(network, online_key)
         next_values = jnp.mean(
             jax.vmap(greedy_network.quantile_values)(
                 batch.next_observation, acting_fractions
@@ -220,4 +265,6 @@ class IQN(AbstractQLearning):
                 td_errors, fractions, self.kappa
             )
         )
+        if self.quantile_loss == "mean":
+            loss = loss / self.num_quantiles
         return loss, {"loss": loss, "q_value": jnp.mean(quantiles)}

@@ -1,6 +1,6 @@
 """What the replay-based algorithms (DQN, IQN, SAC) share: the checks of their
 collection and update schedule, the per-step episode statistics, and the target
-networks' Polyak averaging."""
+networks' Polyak averaging and periodic copies."""
 
 from typing import Any
 
@@ -110,3 +110,15 @@ def polyak_update(
         return soft_update(online, target)
     due = (update_index + 1) % interval == 0
     return lax.cond(due, soft_update, lambda _, t: t, online, target)
+
+
+def copy_if_due(
+    online: PyTree[Array],
+    target: PyTree[Array],
+    update_index: Int[Array, ""],
+    interval: int,
+) -> PyTree[Array]:
+    """The target parameters after update `update_index`: a copy of the online ones
+    every `interval` updates, unchanged in between."""
+    due = (update_index + 1) % interval == 0
+    return lax.cond(due, lambda o, _: o, lambda _, t: t, online, target)

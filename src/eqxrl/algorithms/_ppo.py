@@ -45,6 +45,7 @@ from ._brax_ppo import brax_ppo_arguments
 from ._checks import (
     check_actor_critic,
     refuse_auto_reset,
+    refuse_multi_agent,
     samples_only_valid_actions,
 )
 from ._metrics import ended_episode_metrics
@@ -577,6 +578,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         return injected_learning_rate(optimizer_state)
 
     def init(self, key: PRNGKeyArray) -> PPOState:
+        refuse_multi_agent("PPO", self.env, independent=False)
         network_key, reset_key, state_key = jr.split(key, 3)
         model = self.make_network(network_key)
         optimizer_state = self.make_optimizer().init(eqx.filter(model, eqx.is_array))

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import optax
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray, PyTree
 
 from .._config import in_range
 from .._filters import scan_or_step
@@ -38,10 +38,11 @@ from ._base import (
     injected_learning_rate,
     with_replay_environment_axes,
 )
-from ._checks import check_q_network, refuse_auto_reset
+from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
 from ._metrics import ended_episode_metrics
 from ._off_policy import (
     check_replay_schedule,
+    copy_if_due,
     episode_step_statistics,
     polyak_update,
 )
@@ -56,8 +57,10 @@ class QLearningState(eqx.Module):
     - `target_network`: the slowly updated copy that bootstrap targets use.
     - `optimizer_state`: optax state of the optimizer.
     - `buffer`: the replay buffer.
-    - `env_state`: state of every environment, `[num_envs, ...]` leaves.
-    - `timestep`: the latest timestep of every environment.
+    - `env_state`: state of every environment, `[num_envs, ...]` leaves (`None`
+      for a learner that does not step environments itself, see `init_learner`).
+    - `timestep`: the latest timestep of every environment (as the learner sees
+      it).
     - `key`: the PRNG key for the next iteration.
     - `iteration`: how many iterations have run (int32).
     - `num_updates`: how many gradient steps have run (int32).
@@ -152,6 +155,15 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     - `exploration_initial_eps`: the linear epsilon schedule's start.
     - `exploration_final_eps`: the linear epsilon schedule's end.
     - `exploration_fraction`: fraction of `total_timesteps` over which epsilon decays.
+    - `exploration_decay`: `None` (default) for the linear schedule; a factor in
+      `[0, 1]` for a multiplicative one instead: epsilon starts at
+      `exploration_initial_eps` and is multiplied by `exploration_decay` after
+      every iteration, never going below `exploration_final_eps` (Sorrel's
+      per-epoch decay when an iteration is one episode).
+    - `target_copy_interval`: `None` (default), or a number of updates after which
+      the target network is also set to a copy of the online network, on top of
+      the `tau` updates (Sorrel's hard copy every 200 epochs beside its soft
+      updates).
     - `hidden_sizes`: widths of the default network's hidden layers (its torso).
     - `dueling`: give the default network a dueling head.
     - `network_factory`: optional `factory(env, key) -> network` replacing the
@@ -196,6 +208,11 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     exploration_fraction: Float[Array, ""] = eqx.field(
         default=0.25, converter=in_range("exploration_fraction", 0.0, 1.0)
     )
+    exploration_decay: Float[Array, ""] | None = eqx.field(
+        default=None,
+        converter=in_range("exploration_decay", 0.0, 1.0, optional=True),
+    )
+    target_copy_interval: int | None = eqx.field(static=True, default=None)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     dueling: bool = eqx.field(static=True, default=False)
     network_factory: (
@@ -223,6 +240,14 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 f"{self.num_envs * max(self.n_step, 2)} transitions"
             ),
         )
+        interval = self.target_copy_interval
+        if interval is not None and (
+            isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
+        ):
+            raise ValueError(
+                f"{name}: target_copy_interval={interval!r} must be None or a "
+                "positive int."
+            )
         refuse_auto_reset(name, self.env)
         if not isinstance(self.env.action_space, Discrete):
             raise ValueError(
@@ -315,14 +340,28 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     def epsilon(self, env_steps: Int[ArrayLike, ""]) -> Float[Array, ""]:
         """The exploration rate after `env_steps` environment steps: 1 before
         `learning_starts`, then linear from `exploration_initial_eps` to
-        `exploration_final_eps` over the first `exploration_fraction` of the run."""
+        `exploration_final_eps` over the first `exploration_fraction` of the run
+        (with `exploration_decay`: `exploration_initial_eps` times
+        `exploration_decay` to the number of completed iterations, at least
+        `exploration_final_eps`)."""
         steps = jnp.asarray(env_steps).astype(jnp.float32)
+        if self.exploration_decay is not None:
+            iterations = jnp.asarray(env_steps) // self.steps_per_iteration
+            decayed = self.exploration_initial_eps * jnp.power(
+                self.exploration_decay, iterations.astype(jnp.float32)
+            )
+            epsilon = jnp.maximum(decayed, self.exploration_final_eps)
+            return jnp.where(steps < self.learning_starts, jnp.float32(1.0), epsilon)
         decay_steps = jnp.maximum(self.exploration_fraction * self.total_timesteps, 1.0)
         progress = jnp.clip(steps / decay_steps, 0.0, 1.0)
         epsilon = self.exploration_initial_eps + progress * (
             self.exploration_final_eps - self.exploration_initial_eps
         )
         return jnp.where(steps < self.learning_starts, jnp.float32(1.0), epsilon)
+
+    def current_learning_rate(self, optimizer_state: PyTree) -> Float[Array, ""]:
+        """The step size of the latest update, from `make_optimizer`'s state."""
+        return injected_learning_rate(optimizer_state)
 
     # ------------------------------------------------------------------ state
     def _transition(
@@ -339,14 +378,32 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         )
 
     def init(self, key: PRNGKeyArray) -> QLearningState:
+        refuse_multi_agent(type(self).__name__, self.env)
         network_key, reset_key, state_key = jr.split(key, 3)
-        network = self.make_network(network_key)
-        optimizer_state = self.make_optimizer().init(eqx.filter(network, eqx.is_array))
+        network, optimizer_state = self._initial_network(network_key)
         env_state, timestep = jax.vmap(self.training_env.reset)(
             jr.split(reset_key, self.num_envs)
         )
+        return self._initial_state(
+            network, optimizer_state, env_state, timestep, state_key
+        )
+
+    def _initial_network(self, key: PRNGKeyArray) -> tuple[AbstractQNetwork, PyTree]:
+        network = self.make_network(key)
+        optimizer_state = self.make_optimizer().init(eqx.filter(network, eqx.is_array))
+        return network, optimizer_state
+
+    def _initial_state(
+        self,
+        network: AbstractQNetwork,
+        optimizer_state: PyTree,
+        env_state: PyTree,
+        timestep: TimeStep,
+        key: PRNGKeyArray,
+    ) -> QLearningState:
+        num_envs = timestep.reward.shape[0]
         example = jax.vmap(self._transition)(
-            timestep, jnp.zeros(self.num_envs, jnp.int32), timestep
+            timestep, jnp.zeros(num_envs, jnp.int32), timestep
         )
         buffer = ReplayBuffer.empty(example, self.buffer_capacity)
         return QLearningState(
@@ -356,10 +413,34 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             buffer=buffer,
             env_state=env_state,
             timestep=timestep,
-            key=state_key,
+            key=key,
             iteration=jnp.int32(0),
             num_updates=jnp.int32(0),
         )
+
+    def init_learner(self, key: PRNGKeyArray, timestep: TimeStep) -> QLearningState:
+        """The state of a learner that does not step environments itself (one agent
+        of a multi-agent environment, see
+        [`Independent`][eqxrl.multiagent.Independent]): a new network, its
+        optimizer state and an empty replay buffer shaped for `timestep`, with
+        `env_state = None`.
+
+        **Arguments:**
+
+        - `key`: a PRNG key (the network's initial weights, and the state's key).
+        - `timestep`: the learner's view of the first timestep of every environment
+          it learns from, `[num_columns, ...]` leaves, as the environment's
+          `AutoReset(EpisodeStatistics(...))` returns them (`extras` with
+          `final_observation` and `final_action_mask`). The replay buffer gets
+          one column per environment, `buffer_size // num_envs` rows.
+
+        **Returns:**
+
+        A [`QLearningState`][eqxrl.algorithms.QLearningState].
+        """
+        network_key, state_key = jr.split(key)
+        network, optimizer_state = self._initial_network(network_key)
+        return self._initial_state(network, optimizer_state, None, timestep, state_key)
 
     def environment_axes(self, state: QLearningState) -> PyTree[int]:
         """Environments come first in the environment states and timesteps, and
@@ -402,6 +483,68 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         q_values = network.q_values(timestep.observation, value_key)
         return epsilon_greedy_action(q_values, uniform, epsilon, timestep.action_mask)
 
+    def act(
+        self,
+        network: AbstractQNetwork,
+        timestep: TimeStep,
+        env_steps: Int[ArrayLike, ""],
+        value_keys: Key[Array, " num_envs"],
+        uniforms: Float[Array, " num_envs"],
+    ) -> Int[Array, " num_envs"]:
+        """Epsilon-greedy actions of a batch of environments (one collection step).
+
+        **Arguments:**
+
+        - `network`: the online network.
+        - `timestep`: the latest timestep of every environment, `[num_envs, ...]`
+          leaves.
+        - `env_steps`: environment steps collected before this one (sets epsilon,
+          see `epsilon`).
+        - `value_keys`: one PRNG key per environment (for sampled action values).
+        - `uniforms`: one uniform number in `[0, 1)` per environment (explore or
+          not, and which random action; see
+          [`epsilon_greedy_action`][eqxrl.nn.epsilon_greedy_action]).
+
+        **Returns:**
+
+        int32 `[num_envs]` actions, valid ones only where there are action masks.
+        """
+        epsilon = self.epsilon(env_steps)
+        act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
+        return act(network, epsilon, timestep, value_keys, uniforms)
+
+    def store(
+        self,
+        buffer: ReplayBuffer,
+        timestep: TimeStep,
+        action: Int[Array, " num_envs"],
+        next_timestep: TimeStep,
+    ) -> tuple[ReplayBuffer, dict[str, Array]]:
+        """Add one step of every environment to the replay buffer.
+
+        **Arguments:**
+
+        - `buffer`: the replay buffer.
+        - `timestep`: the timesteps the actions were chosen at, `[num_envs, ...]`.
+        - `action`: the actions taken.
+        - `next_timestep`: the timesteps they led to (through `AutoReset`, so
+          `extras["final_observation"]` holds the observation before a reset).
+
+        **Returns:**
+
+        `(buffer, statistics)`: the buffer with one more row, and per environment
+        `done`, `episode_return`, `episode_length` (and `invalid_action` with
+        action masks) of the step.
+        """
+        statistics = episode_step_statistics(next_timestep)
+        if timestep.action_mask is not None:
+            valid = jnp.take_along_axis(timestep.action_mask, action[:, None], axis=1)[
+                :, 0
+            ]
+            statistics["invalid_action"] = ~valid
+        buffer = buffer.add(jax.vmap(self._transition)(timestep, action, next_timestep))
+        return buffer, statistics
+
     def _collect(
         self,
         state: QLearningState,
@@ -418,8 +561,6 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         on steps where an episode ended), without action checks (epsilon-greedy
         actions are valid by construction).
         """
-        act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
-        transition = jax.vmap(self._transition)
         step_environments = jax.vmap(self.training_env.step)
         first_step = state.iteration * self.steps_per_iteration
         shape = (self.train_frequency, self.num_envs)
@@ -427,16 +568,15 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         def step(carry, inputs):
             env_state, timestep, buffer = carry
             index, value_keys, uniforms, step_keys = inputs
-            epsilon = self.epsilon(first_step + index * self.num_envs)
-            action = act(state.network, epsilon, timestep, value_keys, uniforms)
+            action = self.act(
+                state.network,
+                timestep,
+                first_step + index * self.num_envs,
+                value_keys,
+                uniforms,
+            )
             env_state, next_timestep = step_environments(env_state, action, step_keys)
-            statistics = episode_step_statistics(next_timestep)
-            if timestep.action_mask is not None:
-                valid = jnp.take_along_axis(
-                    timestep.action_mask, action[:, None], axis=1
-                )[:, 0]
-                statistics["invalid_action"] = ~valid
-            buffer = buffer.add(transition(timestep, action, next_timestep))
+            buffer, statistics = self.store(buffer, timestep, action, next_timestep)
             return (env_state, next_timestep, buffer), statistics
 
         with skip_action_checks():
@@ -485,6 +625,10 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             target = polyak_update(
                 online, target, self.tau, update_index, self.target_update_interval
             )
+            if self.target_copy_interval is not None:
+                target = copy_if_due(
+                    online, target, update_index, self.target_copy_interval
+                )
             target_network = eqx.combine(target, static)
             return (network, target_network, optimizer_state), statistics
 
@@ -509,6 +653,70 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         )
         statistics = jtu.tree_map(jnp.mean, statistics)
         return network, target_network, optimizer_state, statistics
+
+    def learn(
+        self,
+        network: AbstractQNetwork,
+        target_network: AbstractQNetwork,
+        optimizer_state: PyTree,
+        buffer: ReplayBuffer,
+        learning: Bool[Array, ""],
+        num_updates: Int[Array, ""],
+        sample_key: PRNGKeyArray,
+        loss_key: PRNGKeyArray,
+    ) -> tuple[AbstractQNetwork, AbstractQNetwork, PyTree, Int[Array, ""], dict]:
+        """An iteration's updates: if `learning`, `gradient_steps` minibatch
+        updates (each followed by the target update when due), else nothing.
+
+        **Arguments:**
+
+        - `network`, `target_network`, `optimizer_state`: as in the training state.
+        - `buffer`: the replay buffer to sample from.
+        - `learning`: whether to update (`learning_starts` reached); a `lax.cond`,
+          so keep it unbatched under `vmap` for the skip to stay a skip.
+        - `num_updates`: updates done before (times the target updates).
+        - `sample_key`, `loss_key`: PRNG keys for the minibatches and the loss.
+
+        **Returns:**
+
+        `(network, target_network, optimizer_state, num_updates, statistics)`: the
+        statistics of the loss (`loss`, ...; means over the updates), NaN when
+        not `learning`.
+        """
+        dynamic, static = eqx.partition(
+            (network, target_network, optimizer_state), eqx.is_array
+        )
+
+        def update(dynamic):
+            network, target_network, optimizer_state = eqx.combine(dynamic, static)
+            *updated, loss_statistics = self._update(
+                network,
+                target_network,
+                optimizer_state,
+                num_updates,
+                buffer,
+                sample_key,
+                loss_key,
+            )
+            return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
+
+        def skip(dynamic):
+            # NaN statistics shaped like the loss's (traced abstractly: no compute).
+            def loss_statistics():
+                batch = buffer.sample(
+                    sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
+                )
+                loss, statistics = self.loss(network, target_network, batch, loss_key)
+                return {**statistics, "loss": loss}
+
+            shapes = jax.eval_shape(loss_statistics)
+            nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
+            return dynamic, nan
+
+        updated, loss_statistics = lax.cond(learning, update, skip, dynamic)
+        network, target_network, optimizer_state = eqx.combine(updated, static)
+        num_updates = num_updates + jnp.where(learning, self.gradient_steps, 0)
+        return network, target_network, optimizer_state, num_updates, loss_statistics
 
     def train_iteration(
         self, state: QLearningState
@@ -535,40 +743,18 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
 
         collected = (state.iteration + 1) * self.steps_per_iteration
         learning = collected >= self.learning_starts
-        dynamic, static = eqx.partition(
-            (state.network, state.target_network, state.optimizer_state), eqx.is_array
-        )
-
-        def update(dynamic):
-            network, target_network, optimizer_state = eqx.combine(dynamic, static)
-            *updated, loss_statistics = self._update(
-                network,
-                target_network,
-                optimizer_state,
-                state.num_updates,
+        network, target_network, optimizer_state, num_updates, loss_statistics = (
+            self.learn(
+                state.network,
+                state.target_network,
+                state.optimizer_state,
                 buffer,
+                learning,
+                state.num_updates,
                 sample_key,
                 loss_key,
             )
-            return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
-
-        def skip(dynamic):
-            # NaN statistics shaped like the loss's (traced abstractly: no compute).
-            def loss_statistics():
-                batch = buffer.sample(
-                    sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
-                )
-                network, target_network = state.network, state.target_network
-                loss, statistics = self.loss(network, target_network, batch, loss_key)
-                return {**statistics, "loss": loss}
-
-            shapes = jax.eval_shape(loss_statistics)
-            nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
-            return dynamic, nan
-
-        updated, loss_statistics = lax.cond(learning, update, skip, dynamic)
-        network, target_network, optimizer_state = eqx.combine(updated, static)
-        num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
+        )
 
         metrics = ended_episode_metrics(
             statistics["done"],
@@ -577,7 +763,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         )
         metrics.update(loss_statistics)
         metrics["epsilon"] = self.epsilon(collected - self.num_envs)
-        metrics["learning_rate"] = injected_learning_rate(optimizer_state)
+        metrics["learning_rate"] = self.current_learning_rate(optimizer_state)
         if "invalid_action" in statistics:
             metrics["invalid_action_count"] = jnp.sum(
                 statistics["invalid_action"]

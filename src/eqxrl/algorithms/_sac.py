@@ -25,7 +25,7 @@ from ..envs import (
 )
 from ..nn import MLPTanhGaussianActor, MLPTwinCritic, TanhGaussianPolicy
 from ._base import AbstractAlgorithm, with_replay_environment_axes
-from ._checks import refuse_auto_reset
+from ._checks import refuse_auto_reset, refuse_multi_agent
 from ._metrics import ended_episode_metrics
 from ._off_policy import (
     check_replay_schedule,
@@ -326,6 +326,7 @@ class SAC(AbstractAlgorithm[SACState]):
         )
 
     def init(self, key: PRNGKeyArray) -> SACState:
+        refuse_multi_agent("SAC", self.env, independent=False)
         network_key, reset_key, state_key = jr.split(key, 3)
         actor, critic = self.make_networks(network_key)
         optimizer = self.make_optimizer()

@@ -12,6 +12,11 @@ from ._multi_input import (
     MultiInputActorCritic as MultiInputActorCritic,
     ObservationEncoder as ObservationEncoder,
 )
+from ._noisy import (
+    NoisyLinear as NoisyLinear,
+    has_noisy_layers as has_noisy_layers,
+    sample_noise as sample_noise,
+)
 from ._normalization import (
     NormalizedActorCritic as NormalizedActorCritic,
     RunningMeanStd as RunningMeanStd,

@@ -10,6 +10,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._random import uniform as random_uniform
 from ._multi_input import ObservationEncoder
+from ._noisy import NoisyLinear
 from ._policy import AbstractPolicy
 
 
@@ -79,13 +80,27 @@ def _check_sizes(name: str, **sizes: int | Sequence[int]) -> None:
 
 class _DuelingOrPlainHead(eqx.Module):
     """Action values from features: one linear layer, or (dueling) a state value and
-    centred advantages from one linear layer with an extra output."""
+    centred advantages from one linear layer with an extra output. The layer may be
+    noisy (a value layer and an advantage layer with independent noise are one
+    noisy layer with an extra output)."""
 
-    linear: eqx.nn.Linear
+    linear: eqx.nn.Linear | NoisyLinear
     dueling: bool = eqx.field(static=True)
 
-    def __init__(self, in_size: int, num_actions: int, dueling: bool, key):
-        self.linear = _linear(in_size, num_actions + int(dueling), key)
+    def __init__(
+        self,
+        in_size: int,
+        num_actions: int,
+        dueling: bool,
+        key,
+        noisy: bool = False,
+        sigma_init: Float[ArrayLike, ""] = 0.017,
+    ):
+        out_size = num_actions + int(dueling)
+        if noisy:
+            self.linear = NoisyLinear(in_size, out_size, sigma_init=sigma_init, key=key)
+        else:
+            self.linear = _linear(in_size, out_size, key)
         self.dueling = dueling
 
     def __call__(
@@ -100,7 +115,7 @@ class _DuelingOrPlainHead(eqx.Module):
 
 
 def _apply_linear(
-    layer: eqx.nn.Linear, x: Float[Array, "*rows in_features"]
+    layer: eqx.nn.Linear | NoisyLinear, x: Float[Array, "*rows in_features"]
 ) -> Float[Array, "*rows out_features"]:
     """`layer(x)` (or `jax.vmap(layer)(x)` for rows) written as `x @ weight.T +
     bias`: the same function, but XLA then computes the product, also under `vmap`,
@@ -205,6 +220,11 @@ class ImplicitQuantileNetwork(AbstractQuantileNetwork):
       to estimate the action values (`K` in the paper).
     - `activation`: activation after each hidden layer (default ReLU).
     - `dueling`: split the last layer into a value and centred advantages.
+    - `noisy`: make the layers after the fraction embedding (`head_sizes` and the
+      output layer) [`NoisyLinear`][eqxrl.nn.NoisyLinear], as Sorrel's IQN. The
+      network then computes with the means; a loss draws noisy weights with
+      [`sample_noise`][eqxrl.nn.sample_noise].
+    - `sigma_init`: the noisy layers' initial noise scale.
     - `encoder`: an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder] for
       structured or `Discrete` observations (its `num_features` is then
       `observation_size`); `None` flattens the observation.
@@ -221,7 +241,7 @@ class ImplicitQuantileNetwork(AbstractQuantileNetwork):
 
     torso: list[eqx.nn.Linear]
     embedding: eqx.nn.Linear
-    hidden: list[eqx.nn.Linear]
+    hidden: list[eqx.nn.Linear | NoisyLinear]
     head: _DuelingOrPlainHead
     num_acting_quantiles: int = eqx.field(static=True)
     activation: Callable[[Array], Array] = eqx.field(static=True)
@@ -238,6 +258,8 @@ class ImplicitQuantileNetwork(AbstractQuantileNetwork):
         num_acting_quantiles: int = 32,
         activation: Callable[[Array], Array] = jax.nn.relu,
         dueling: bool = False,
+        noisy: bool = False,
+        sigma_init: Float[ArrayLike, ""] = 0.017,
         encoder: ObservationEncoder | None = None,
         key: PRNGKeyArray,
     ):
@@ -261,8 +283,17 @@ class ImplicitQuantileNetwork(AbstractQuantileNetwork):
         self.torso = _mlp([observation_size, *hidden_sizes], torso_key)
         self.embedding = _linear(num_cosines, width, embedding_key)
         head_in = [width, *head_sizes]
-        self.hidden = _mlp(head_in, hidden_key)
-        self.head = _DuelingOrPlainHead(head_in[-1], num_actions, dueling, head_key)
+        if noisy:
+            keys = jr.split(hidden_key, max(len(head_in) - 1, 1))
+            self.hidden = [
+                NoisyLinear(head_in[i], head_in[i + 1], sigma_init=sigma_init, key=k)
+                for i, k in zip(range(len(head_in) - 1), keys)
+            ]
+        else:
+            self.hidden = _mlp(head_in, hidden_key)
+        self.head = _DuelingOrPlainHead(
+            head_in[-1], num_actions, dueling, head_key, noisy, sigma_init
+        )
         self.num_acting_quantiles = num_acting_quantiles
         self.activation = activation
         self.encoder = encoder

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithms import algorithm_names
-from ..envs import make, registered_names
+from ..envs import make, num_agents_of, registered_names
+from ..multiagent import Independent
 from ._checkpoint import (
     CheckpointError,
     load_policy,
@@ -52,6 +53,7 @@ _RUN_OPTIONS = (
     "devices",
     "split",
     "distributed",
+    "share_parameters",
 )
 _LOGGERS = ("console", "csv", "jsonl", "tensorboard", "wandb")
 
@@ -295,6 +297,13 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         "finds the cluster on SLURM, TPU pods and others); only process 0 writes "
         "logs",
     )
+    run.add_argument(
+        "--share-parameters",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="multi-agent environments: one network for all agents, the agent index "
+        "as an input (default: one network per agent, eqxrl.multiagent.Independent)",
+    )
     trainer = parser.add_argument_group("trainer")
     for field in _trainer_fields():
         trainer.add_argument(
@@ -375,6 +384,7 @@ def _train(argv: Sequence[str]) -> int:
     devices = merged.pop("devices", None)
     split = merged.pop("split", None)
     merged.pop("distributed", None)
+    share_parameters = bool(merged.pop("share_parameters", False))
     wandb_project = str(merged.pop("wandb_project", "eqxrl"))
     trainer_options = {k: merged.pop(k) for k in list(merged) if k in trainer_fields}
 
@@ -396,6 +406,13 @@ def _train(argv: Sequence[str]) -> int:
     kwargs.update(merged)
     try:
         algorithm = cls(**kwargs)
+        if num_agents_of(env) is not None:
+            # One learner per agent (or one shared), trained together.
+            algorithm = Independent(algorithm, share_parameters=share_parameters)
+        elif share_parameters:
+            raise ValueError(
+                f"--share-parameters: {env_id} has a single agent; drop the flag."
+            )
     except (ValueError, TypeError) as error:
         raise _CommandError(str(error)) from None
 
@@ -627,6 +644,11 @@ def _eval(argv: Sequence[str]) -> int:
     combined = EvaluationResult(
         returns=jnp.stack([r.returns for r in results]),
         lengths=jnp.stack([r.lengths for r in results]),
+        agent_returns=(
+            None
+            if results[0].agent_returns is None
+            else jnp.stack([r.agent_returns for r in results])
+        ),
     )
     summary = combined.summary()
     report = {
@@ -664,6 +686,12 @@ def _eval(argv: Sequence[str]) -> int:
             f"max {summary['return_max']:.4g}); mean length "
             f"{summary['length_mean']:.4g}"
         )
+        agents = sorted(k for k in summary if k.startswith("agent_return_mean_"))
+        if agents:
+            means = ", ".join(
+                f"agent {k.rsplit('_', 1)[1]} {summary[k]:.4g}" for k in agents
+            )
+            print(f"  (the return is the agents' total) per agent: {means}")
         if "gif" in report:
             print(f"  wrote {args.gif}")
     return 0

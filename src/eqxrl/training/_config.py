@@ -24,15 +24,43 @@ from ..envs import AbstractEnvironment, make, registered_names
 
 
 def algorithm_class(name: str) -> type[AbstractAlgorithm]:
-    """The algorithm class registered as `name` (a `ValueError` lists the names)."""
+    """The algorithm class registered as `name`, or an eqxrl algorithm class named by
+    its import path (e.g. `eqxrl.multiagent.Independent`, which wraps registered
+    algorithms); a `ValueError` lists the registered names."""
+    if "." in name and (name == "eqxrl" or name.startswith("eqxrl.")):
+        module, _, qualname = name.rpartition(".")
+        try:
+            cls = _resolve_callable(f"{module}:{qualname}")
+        except ValueError:
+            cls = None
+        if isinstance(cls, type) and issubclass(cls, AbstractAlgorithm):
+            return cls
     return get_algorithm(name)
 
 
 def algorithm_name(cls: type[AbstractAlgorithm]) -> str | None:
-    """The registered name of an algorithm class, or `None`."""
+    """The registered name of an algorithm class; for an unregistered eqxrl class,
+    its public import path (the package that exports it, e.g.
+    `eqxrl.multiagent.Independent`); else `None`."""
     for name in algorithm_names():
         if get_algorithm(name) is cls:
             return name
+    import importlib
+
+    parts = cls.__module__.split(".")
+    if parts[0] != "eqxrl":
+        return None
+    # The shortest public package path that exports the class.
+    for end in range(1, len(parts) + 1):
+        if any(part.startswith("_") for part in parts[:end]):
+            break
+        package = ".".join(parts[:end])
+        try:
+            exported = getattr(importlib.import_module(package), cls.__name__, None)
+        except ImportError:
+            continue
+        if exported is cls:
+            return f"{package}.{cls.__name__}"
     return None
 
 
@@ -353,6 +381,8 @@ def _to_json(value: Any, where: str) -> Any:
         return [_to_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, np.dtype):  # e.g. PPO's observation_storage_dtype
         return {"dtype": str(value)}
+    if isinstance(value, AbstractAlgorithm):  # an algorithm wrapping another
+        return {"algorithm_config": algorithm_to_config(value)}
     if isinstance(value, AbstractEnvironment):
         name = environment_name(value)
         if name is None:
@@ -409,6 +439,8 @@ def _from_json(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_from_json(item) for item in value)
     if isinstance(value, dict):
+        if "algorithm_config" in value:
+            return algorithm_from_config(value["algorithm_config"])
         if "environment" in value:
             return make(value["environment"], **value.get("kwargs", {}))
         if "callable" in value:
@@ -449,7 +481,9 @@ def algorithm_to_config(
 
     **Returns:**
 
-    `{"algorithm": name, "fields": {field: value}}`.
+    `{"algorithm": name, "fields": {field: value}}`; an algorithm that wraps another
+    (e.g. [`Independent`][eqxrl.multiagent.Independent]) holds the wrapped one's
+    config as `{"algorithm_config": ...}`, with the same `env_name`.
     """
     cls = type(algorithm)
     name = algorithm_name(cls)
@@ -458,7 +492,14 @@ def algorithm_to_config(
         if not field.init:
             continue
         value = getattr(algorithm, field.name)
-        if isinstance(value, AbstractEnvironment) and env_name is not None:
+        if isinstance(value, AbstractAlgorithm):
+            # A wrapped algorithm (e.g. eqxrl.multiagent.Independent's): its own
+            # config, its environment built as this one's.
+            nested = algorithm_to_config(
+                value, env_name=env_name, env_kwargs=env_kwargs
+            )
+            fields[field.name] = {"algorithm_config": nested}
+        elif isinstance(value, AbstractEnvironment) and env_name is not None:
             kwargs = dict(env_kwargs or {})
             if not _tree_equal(value, make(env_name, **kwargs)):
                 raise ValueError(
@@ -486,6 +527,8 @@ def unserializable_fields(config: Mapping[str, Any]) -> list[str]:
 
 def _contains_unserializable(value: Any) -> bool:
     if isinstance(value, dict):
+        if "algorithm_config" in value:
+            return bool(unserializable_fields(value["algorithm_config"]))
         return "unserializable" in value
     if isinstance(value, list):
         return any(_contains_unserializable(v) for v in value)

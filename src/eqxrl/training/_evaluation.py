@@ -25,12 +25,16 @@ class EvaluationResult(eqx.Module):
 
     **Arguments:**
 
-    - `returns`: float32 `[..., num_episodes]` (leading axes e.g. over seeds).
+    - `returns`: float32 `[..., num_episodes]` (leading axes e.g. over seeds); in a
+      multi-agent environment, the agents' total.
     - `lengths`: int32 `[..., num_episodes]`.
+    - `agent_returns`: in a multi-agent environment, each agent's return, float32
+      `[..., num_episodes, num_agents]`; else `None`.
     """
 
     returns: Float[Array, "*batch num_episodes"]
     lengths: Int[Array, "*batch num_episodes"]
+    agent_returns: Float[Array, "*batch num_episodes num_agents"] | None = None
 
     def summary(
         self, percentiles: Sequence[float] = (5, 25, 50, 75, 95)
@@ -41,7 +45,8 @@ class EvaluationResult(eqx.Module):
         **Returns:**
 
         `{"return_mean", "return_std", "return_min", "return_max",
-        "return_p5", ..., "length_mean", "episodes"}`.
+        "return_p5", ..., "length_mean", "episodes"}`, and with `agent_returns`
+        each agent's mean return, `"agent_return_mean_0"`, ....
         """
         returns = np.asarray(self.returns, dtype=np.float64).ravel()
         lengths = np.asarray(self.lengths, dtype=np.float64).ravel()
@@ -55,6 +60,11 @@ class EvaluationResult(eqx.Module):
             summary[f"return_p{q:g}"] = float(np.percentile(returns, q))
         summary["length_mean"] = float(lengths.mean())
         summary["episodes"] = float(returns.size)
+        if self.agent_returns is not None:
+            agent_returns = np.asarray(self.agent_returns, dtype=np.float64)
+            agent_returns = agent_returns.reshape(-1, agent_returns.shape[-1])
+            for agent, mean in enumerate(agent_returns.mean(axis=0)):
+                summary[f"agent_return_mean_{agent}"] = float(mean)
         return summary
 
 
@@ -72,8 +82,9 @@ def _episode(
     env: AbstractEnvironment,
     key: PRNGKeyArray,
     max_steps: int,
-) -> tuple[Float[Array, ""], Int[Array, ""]]:
-    """One episode until termination, truncation or `max_steps` steps."""
+) -> tuple[Float[Array, "*num_agents"], Int[Array, ""]]:
+    """One episode until termination, truncation or `max_steps` steps; its return
+    (one per agent in a multi-agent environment) and length."""
     reset_key, loop_key = jr.split(key)
     state, timestep = env.reset(reset_key)
 
@@ -89,9 +100,21 @@ def _episode(
         done = timestep.terminated | timestep.truncated
         return state, timestep, done, total + timestep.reward, length + 1, key
 
-    carry = (state, timestep, jnp.array(False), jnp.float32(0.0), jnp.int32(0))
+    total = jnp.zeros_like(timestep.reward)
+    carry = (state, timestep, jnp.array(False), total, jnp.int32(0))
     *_, total, length, _ = lax.while_loop(cond, body, (*carry, loop_key))
     return total, length
+
+
+def _episodes(
+    policy: AbstractPolicy,
+    env: AbstractEnvironment,
+    key: PRNGKeyArray,
+    num_episodes: int,
+    max_steps: int,
+) -> tuple[Float[Array, " num_episodes *num_agents"], Int[Array, " num_episodes"]]:
+    keys = jr.split(key, num_episodes)
+    return jax.vmap(lambda k: _episode(policy, env, k, max_steps))(keys)
 
 
 def run_episodes(
@@ -102,14 +125,17 @@ def run_episodes(
     max_steps: int,
 ) -> tuple[Float[Array, " num_episodes"], Int[Array, " num_episodes"]]:
     """`num_episodes` episodes vmapped (not jitted: the building block of
-    `evaluate` and of the Trainer's batched evaluation)."""
-    keys = jr.split(key, num_episodes)
-    return jax.vmap(lambda k: _episode(policy, env, k, max_steps))(keys)
+    `evaluate` and of the Trainer's batched evaluation); their returns (in a
+    multi-agent environment, the agents' total) and lengths."""
+    returns, lengths = _episodes(policy, env, key, num_episodes, max_steps)
+    if returns.ndim > 1:
+        returns = returns.sum(axis=1)
+    return returns, lengths
 
 
 @eqx.filter_jit
 def _evaluate(policy, env, key, num_episodes, max_steps):
-    return run_episodes(policy, env, key, num_episodes, max_steps)
+    return _episodes(policy, env, key, num_episodes, max_steps)
 
 
 def evaluate(
@@ -135,7 +161,10 @@ def evaluate(
     **Returns:**
 
     An [`EvaluationResult`][eqxrl.training.EvaluationResult]; `.summary()` gives
-    the mean, standard deviation and percentiles.
+    the mean, standard deviation and percentiles. In a multi-agent environment
+    (`policy` acting for every agent, e.g.
+    [`Independent.policy`][eqxrl.multiagent.Independent.policy]), `returns` are
+    the agents' totals and `agent_returns` each agent's.
 
     !!! example
 
@@ -150,7 +179,11 @@ def evaluate(
     if max_steps is None:
         max_steps = default_max_steps(env)
     returns, lengths = _evaluate(policy, env, key, num_episodes, max_steps)
-    return EvaluationResult(returns=returns, lengths=lengths)
+    if returns.ndim == 1:
+        return EvaluationResult(returns=returns, lengths=lengths)
+    return EvaluationResult(
+        returns=returns.sum(axis=1), lengths=lengths, agent_returns=returns
+    )
 
 
 # --------------------------------------------------------------------------------------

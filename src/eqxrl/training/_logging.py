@@ -95,6 +95,7 @@ class ConsoleLogger(AbstractLogger):
         self,
         metrics: Sequence[str] = (
             "episode_return",
+            "total_episode_return",
             "episode_length",
             "entropy",
             "approx_kl",

@@ -26,6 +26,7 @@ from ..algorithms import (
     check_entropy_collapse,
     vmap_over_seeds,
 )
+from ..envs import num_agents_of
 from ._checkpoint import (
     CheckpointError,
     _atomic_write,
@@ -761,7 +762,12 @@ class Trainer(eqx.Module):
                     "time": round(elapsed, 4),
                 }
                 for name, values in columns.items():
-                    row[name] = values[j] if seed is None else values[j][seed]
+                    value = values[j] if seed is None else values[j][seed]
+                    if isinstance(value, list):  # per agent: a column per agent
+                        for agent, entry in enumerate(value):
+                            row[f"{name}_agent{agent}"] = entry
+                    else:
+                        row[name] = value
                 rows.append(row)
         return rows
 
@@ -911,7 +917,11 @@ class Trainer(eqx.Module):
         try:
             from ._plots import plot_run
 
-            plot_run(out)
+            # Several agents: the team's return (per-agent returns have a column
+            # per agent).
+            env = getattr(self.algorithm, "env", None)
+            multi_agent = env is not None and num_agents_of(env) is not None
+            plot_run(out, **({"metric": "total_episode_return"} if multi_agent else {}))
         except ImportError as error:
             self._say(f"no curve.png: {error}")
         except ValueError as error:  # e.g. a custom logger set without metrics.csv
@@ -1103,7 +1113,8 @@ def _python_numbers(values: np.ndarray) -> list:
 
 
 def _latest_return(metrics: Mapping[str, np.ndarray]) -> float | None:
-    values = metrics.get("episode_return")
+    # With several agents, the team's return (their sum).
+    values = metrics.get("total_episode_return", metrics.get("episode_return"))
     if values is None:
         return None
     values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)

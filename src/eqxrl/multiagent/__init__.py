@@ -1,0 +1,12 @@
+"""Several agents in one world: independent learners, one model per agent, stacked
+with a leading agent axis and trained vmapped in one compiled program."""
+
+from ._independent import (
+    Independent as Independent,
+    IndependentState as IndependentState,
+)
+from ._policy import (
+    IndependentPolicy as IndependentPolicy,
+    SharedPolicy as SharedPolicy,
+)
+from ._presets import sorrel_iqn as sorrel_iqn

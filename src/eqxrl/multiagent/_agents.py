@@ -1,0 +1,166 @@
+"""From the multi-agent convention to what a single-agent learner sees: timesteps
+split per agent, and the agent index appended to observations for a shared
+network."""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+
+from ..envs import AbstractEnvironment, AbstractSpace, Box, TimeStep
+
+# The extras that belong to one agent (they mirror per-agent fields: AutoReset's
+# final observation, the final action mask kept by the Q-learners, EpisodeStatistics'
+# return, which has the reward's shape). Every other extra is about the world.
+PER_AGENT_EXTRAS = ("final_observation", "final_action_mask", "episode_return")
+
+
+def _per_agent_fields(timestep: TimeStep) -> dict[str, bool]:
+    return {key: key in PER_AGENT_EXTRAS for key in timestep.extras}
+
+
+def agent_major(timestep: TimeStep, num_agents: int) -> TimeStep:
+    """A batch of multi-agent timesteps (`[num_envs, num_agents, ...]` per-agent
+    leaves, `[num_envs, ...]` world leaves) as one single-agent batch per agent:
+    every leaf `[num_agents, num_envs, ...]`, world leaves (`terminated`,
+    `truncated`, world extras) repeated for every agent."""
+
+    def agents_first(x: Array) -> Array:
+        return jnp.swapaxes(x, 0, 1)
+
+    def repeated(x: Array) -> Array:
+        return jnp.broadcast_to(x[None], (num_agents, *x.shape))
+
+    extras = {
+        key: jax.tree.map(agents_first if per_agent else repeated, value)
+        for (key, value), per_agent in zip(
+            timestep.extras.items(), _per_agent_fields(timestep).values()
+        )
+    }
+    return _replace(
+        timestep,
+        observation=jax.tree.map(agents_first, timestep.observation),
+        reward=agents_first(timestep.reward),
+        terminated=repeated(timestep.terminated),
+        truncated=repeated(timestep.truncated),
+        action_mask=jax.tree.map(agents_first, timestep.action_mask),
+        extras=extras,
+    )
+
+
+def _replace(timestep: TimeStep, **fields: Any) -> TimeStep:
+    """`timestep` with new fields, without `TimeStep.__init__` (whose shape checks
+    are for one example; these are batches)."""
+    names = tuple(fields)
+    return eqx.tree_at(
+        lambda t: tuple(getattr(t, name) for name in names),
+        timestep,
+        tuple(fields.values()),
+        is_leaf=lambda x: x is None,
+    )
+
+
+def with_agent_index(
+    observation: Float[Array, "..."], agent: Int[Array, ""] | int, num_agents: int
+) -> Float[Array, " features"]:
+    """One agent's observation flattened, with the one-hot agent index appended
+    (what a network shared by all agents sees)."""
+    one_hot = jax.nn.one_hot(agent, num_agents, dtype=jnp.float32)
+    return jnp.concatenate([jnp.ravel(observation).astype(jnp.float32), one_hot])
+
+
+def _all_with_agent_index(
+    observations: Float[Array, "num_envs num_agents ..."], num_agents: int
+) -> Float[Array, "num_envs_agents features"]:
+    agents = jnp.arange(num_agents, dtype=jnp.int32)
+    per_world = jax.vmap(lambda o, a: with_agent_index(o, a, num_agents))
+    augmented = jax.vmap(lambda o: per_world(o, agents))(observations)
+    return augmented.reshape(-1, augmented.shape[-1])
+
+
+def flat_with_agent_index(timestep: TimeStep, num_agents: int) -> TimeStep:
+    """A batch of multi-agent timesteps as one single-agent batch of
+    `num_envs * num_agents` (world-major: agent `a` of world `n` at `n *
+    num_agents + a`), each observation flattened with the one-hot agent index
+    appended (also `final_observation`)."""
+
+    def flat(x: Array) -> Array:
+        return x.reshape(-1, *x.shape[2:])
+
+    def repeated(x: Array) -> Array:
+        return jnp.repeat(x, num_agents, axis=0)
+
+    extras = {}
+    for key, value in timestep.extras.items():
+        if key == "final_observation":
+            extras[key] = _all_with_agent_index(value, num_agents)
+        elif key in PER_AGENT_EXTRAS:
+            extras[key] = jax.tree.map(flat, value)
+        else:
+            extras[key] = jax.tree.map(repeated, value)
+    return _replace(
+        timestep,
+        observation=_all_with_agent_index(timestep.observation, num_agents),
+        reward=flat(timestep.reward),
+        terminated=repeated(timestep.terminated),
+        truncated=repeated(timestep.truncated),
+        action_mask=jax.tree.map(flat, timestep.action_mask),
+        extras=extras,
+    )
+
+
+def shared_observation_space(space: AbstractSpace, num_agents: int) -> Box:
+    """The observation space of a network shared by all agents: one agent's `Box`
+    flattened, then the one-hot agent index (in `[0, 1]`)."""
+    low = jnp.ravel(jnp.broadcast_to(space.low, space.shape))
+    high = jnp.ravel(jnp.broadcast_to(space.high, space.shape))
+    return Box(
+        jnp.concatenate([low, jnp.zeros(num_agents, jnp.float32)]),
+        jnp.concatenate([high, jnp.ones(num_agents, jnp.float32)]),
+    )
+
+
+class SharedObservations(AbstractEnvironment):
+    """What a network shared by all agents sees of a multi-agent environment: one
+    agent's observation flattened with its one-hot agent index appended, and one
+    agent's actions. It describes inputs for building the network (and for a
+    `network_factory`): `reset` gives agent 0's view, and `step` moves every agent
+    with the same action; learners are trained on the multi-agent environment
+    itself.
+
+    **Arguments:**
+
+    - `env`: the multi-agent environment.
+    - `num_agents`: its number of agents.
+    """
+
+    env: AbstractEnvironment
+    num_agents: int = eqx.field(static=True)
+
+    @property
+    def observation_space(self) -> Box:
+        return shared_observation_space(self.env.observation_space, self.num_agents)
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def _view(self, timestep: TimeStep) -> TimeStep:
+        return TimeStep(
+            observation=with_agent_index(timestep.observation[0], 0, self.num_agents),
+            reward=timestep.reward[0],
+            terminated=timestep.terminated,
+            truncated=timestep.truncated,
+            action_mask=jax.tree.map(lambda x: x[0], timestep.action_mask),
+        )
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.reset(key)
+        return state, self._view(timestep)
+
+    def step(self, state: PyTree, action: Any, key: PRNGKeyArray):
+        joint = jnp.broadcast_to(action, (self.num_agents, *jnp.shape(action)))
+        state, timestep = self.env.step(state, joint, key)
+        return state, self._view(timestep)

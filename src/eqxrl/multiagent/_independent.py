@@ -1,0 +1,488 @@
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jaxtyping import Array, Bool, Int, PRNGKeyArray, PyTree
+
+from .._filters import scan_or_step
+from .._random import split as random_split, uniform as random_uniform
+from ..algorithms import (
+    AbstractAlgorithm,
+    AbstractQLearning,
+    QLearningState,
+    ended_episode_metrics,
+)
+from ..buffers import ReplayBuffer
+from ..envs import (
+    AbstractEnvironment,
+    Box,
+    TimeStep,
+    num_agents_of,
+    skip_action_checks,
+    unwrap,
+)
+from ..nn import AbstractPolicy
+from ._agents import SharedObservations, agent_major, flat_with_agent_index
+from ._policy import IndependentPolicy, SharedPolicy
+
+
+class IndependentState(eqx.Module):
+    """Everything an [`Independent`][eqxrl.multiagent.Independent] run carries from
+    one iteration to the next.
+
+    **Arguments:**
+
+    - `learners`: the agents' learning states, as the wrapped algorithm's state
+      (e.g. a [`QLearningState`][eqxrl.algorithms.QLearningState]: network,
+      target network, optimizer state, replay buffer, PRNG key, counters) with a
+      leading `num_agents` axis on every array; one unstacked state with
+      `share_parameters`. Their `env_state` is `None`, their `timestep` each
+      agent's view of the latest timestep of every world.
+    - `env_state`: the state of every world, `[num_envs, ...]` leaves.
+    - `key`: the PRNG key of the worlds' randomness for the next iteration (the
+      agents draw theirs from their own keys).
+    - `iteration`: how many iterations have run (int32).
+    """
+
+    learners: PyTree
+    env_state: PyTree
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+
+
+def _buffer_axes(buffer: ReplayBuffer, axis: int | None) -> ReplayBuffer:
+    """vmap axes of a stack of replay buffers whose rows are written in step:
+    `axis` for the stored transitions, none for the shared position and size (so
+    that a row is written with `dynamic_update_slice`, not a scatter)."""
+    axes = jtu.tree_map(lambda _: axis, buffer)
+    return eqx.tree_at(lambda b: (b.position, b.size), axes, (None, None))
+
+
+def _first_agent_counters(buffer: ReplayBuffer) -> ReplayBuffer:
+    return eqx.tree_at(
+        lambda b: (b.position, b.size), buffer, (buffer.position[0], buffer.size[0])
+    )
+
+
+def _every_agent_counters(buffer: ReplayBuffer, num_agents: int) -> ReplayBuffer:
+    def repeat(x: Array) -> Array:
+        return jnp.broadcast_to(x, (num_agents,))
+
+    return eqx.tree_at(
+        lambda b: (b.position, b.size),
+        buffer,
+        (repeat(buffer.position), repeat(buffer.size)),
+    )
+
+
+class Independent(AbstractAlgorithm[IndependentState]):
+    """Independent learners: one copy of a single-agent algorithm per agent of a
+    multi-agent environment, all trained in one compiled program.
+
+    `algorithm` is any eqxrl value-based algorithm ([`DQN`][eqxrl.DQN],
+    [`IQN`][eqxrl.IQN]) configured on the multi-agent environment (its spaces
+    describe one agent, see [multi-agent environments][multi-agent]); its
+    hyperparameters apply to every agent. Each agent gets its own network,
+    optimizer state, replay buffer, exploration schedule and PRNG key, stored as
+    one stacked Equinox module with a leading agent axis
+    ([`IndependentState`][eqxrl.multiagent.IndependentState]`.learners`). An
+    iteration steps `num_envs` worlds `train_frequency` times: every agent acts on
+    its own observation (the agents' acting vmapped), the worlds step with the joint
+    action, every agent stores its own transition; then every agent runs its
+    updates (vmapped over agents). An agent's randomness comes from its own key
+    only, so agent `i` learns exactly what it would learn alone with the same keys
+    and the same co-players' actions.
+
+    With `share_parameters`, one network serves every agent instead: each agent's
+    observation is flattened with its one-hot agent index appended (a `Box`
+    observation space is needed), the agents are the network's batch (`num_envs *
+    num_agents` columns of one replay buffer), and one learner runs
+    `gradient_steps` updates per iteration over the transitions of all agents.
+
+    **Arguments:**
+
+    - `algorithm`: the single-agent algorithm, configured on the multi-agent
+      environment (`algorithm.env`).
+    - `share_parameters`: one network for all agents, the agent index as an input.
+
+    Metrics per iteration: `episode_return` (`[num_agents]`: each agent's mean
+    return over the episodes that ended), `total_episode_return` (their sum, the
+    team's return), `episode_length` and `episode_count`, and the algorithm's own
+    metrics (`loss`, `q_value`, `epsilon`, `learning_rate`), per agent
+    (`[num_agents]`) or of the shared learner (scalars).
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("TreasureHunt-v0")
+        iqn = eqxrl.IQN(env=env, num_envs=16, total_timesteps=200_000)
+        learners = eqxrl.multiagent.Independent(iqn)
+        state, metrics = learners.train(jax.random.key(0))
+        metrics["episode_return"].shape  # (num_iterations, 2)
+        policy = learners.policy(state, deterministic=True)  # every agent
+        policy_0 = learners.policy(state, deterministic=True, agent=0)
+        ```
+    """
+
+    algorithm: AbstractAlgorithm
+    share_parameters: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        if not isinstance(self.algorithm, AbstractAlgorithm):
+            raise ValueError(
+                "Independent: algorithm must be an eqxrl algorithm (e.g. eqxrl.IQN("
+                f"env=env)), got {type(self.algorithm).__name__}."
+            )
+        name = type(self.algorithm).__name__
+        if not isinstance(self.algorithm, AbstractQLearning):
+            raise ValueError(
+                f"Independent: {name} is not supported yet; independent learners "
+                "are value-based algorithms (eqxrl.DQN, eqxrl.IQN)."
+            )
+        env = getattr(self.algorithm, "env", None)
+        if not isinstance(env, AbstractEnvironment) or num_agents_of(env) is None:
+            described = type(unwrap(env)[-1]).__name__ if env is not None else "None"
+            raise ValueError(
+                f"Independent: {name}'s environment ({described}) has a single "
+                f"agent; train {name} itself, or give it a multi-agent environment "
+                "(eqxrl.envs.AbstractMultiAgentEnvironment, e.g. "
+                "eqxrl.envs.make('TreasureHunt-v0'))."
+            )
+        if self.share_parameters and not isinstance(env.observation_space, Box):
+            raise ValueError(
+                "Independent: share_parameters appends the agent index to a "
+                "flattened observation, which needs a Box observation space; this "
+                f"one is {type(env.observation_space).__name__}."
+            )
+
+    # ------------------------------------------------------------------ config
+    @property
+    def env(self) -> AbstractEnvironment:
+        """The multi-agent environment (the algorithm's)."""
+        return self.algorithm.env
+
+    @property
+    def num_agents(self) -> int:
+        """The number of agents of the environment."""
+        num_agents = num_agents_of(self.env)
+        assert num_agents is not None
+        return num_agents
+
+    @property
+    def num_envs(self) -> int:
+        """Worlds stepped in parallel (the algorithm's `num_envs`)."""
+        return self.algorithm.num_envs
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """World steps per iteration (the algorithm's; every agent acts in each)."""
+        return self.algorithm.steps_per_iteration
+
+    @property
+    def num_iterations(self) -> int:
+        return self.algorithm.num_iterations
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """The algorithm's."""
+        return self.algorithm.compiler_options
+
+    @property
+    def learner(self) -> AbstractQLearning:
+        """The algorithm as each learner uses it: `algorithm` itself, or with
+        `share_parameters` the algorithm on the shared network's view of the
+        environment (a flattened observation and the one-hot agent index), which
+        builds the shared network."""
+        if not self.share_parameters:
+            return self.algorithm
+        view = SharedObservations(self.env, self.num_agents)
+        return eqx.tree_at(lambda a: a.env, self.algorithm, view)
+
+    def _views(self, timestep: TimeStep) -> TimeStep:
+        """The learners' views of a batch of world timesteps."""
+        if self.share_parameters:
+            return flat_with_agent_index(timestep, self.num_agents)
+        return agent_major(timestep, self.num_agents)
+
+    # ------------------------------------------------------------------- state
+    def init(self, key: PRNGKeyArray) -> IndependentState:
+        reset_key, learner_key, state_key = jax.random.split(key, 3)
+        env_state, timestep = jax.vmap(self.algorithm.training_env.reset)(
+            jax.random.split(reset_key, self.num_envs)
+        )
+        views = self._views(timestep)
+        learner = self.learner
+        if self.share_parameters:
+            learners = learner.init_learner(learner_key, views)
+        else:
+            keys = jax.random.split(learner_key, self.num_agents)
+            learners = eqx.filter_vmap(learner.init_learner)(keys, views)
+        return IndependentState(
+            learners=learners,
+            env_state=env_state,
+            key=state_key,
+            iteration=jnp.int32(0),
+        )
+
+    def environment_axes(self, state: IndependentState) -> PyTree[int]:
+        """Worlds come first in the world states; in the learners, where the
+        algorithm puts its environments, one axis later behind the agent axis
+        (with `share_parameters`, the agents are part of the environment axis)."""
+        axes = jax.tree.map(lambda _: -1, state)
+        learners = state.learners
+        # A learner's environments: first in its timesteps, second in its replay
+        # buffer's [capacity, num_envs, ...] rows.
+        learner_axes = eqx.tree_at(
+            lambda tree: (tree.timestep, tree.buffer.transitions),
+            jax.tree.map(lambda _: -1, learners),
+            (
+                jax.tree.map(lambda _: 0, learners.timestep),
+                jax.tree.map(lambda _: 1, learners.buffer.transitions),
+            ),
+        )
+        if not self.share_parameters:
+            learner_axes = jax.tree.map(lambda a: a + 1 if a >= 0 else a, learner_axes)
+        return eqx.tree_at(
+            lambda tree: (tree.env_state, tree.learners),
+            axes,
+            (jax.tree.map(lambda _: 0, state.env_state), learner_axes),
+        )
+
+    def policy(
+        self,
+        state: IndependentState,
+        deterministic: bool = False,
+        agent: int | None = None,
+    ) -> AbstractPolicy:
+        """The agents' policy, from a training state.
+
+        **Arguments:**
+
+        - `state`: a training state.
+        - `deterministic`: act greedily instead of exploring.
+        - `agent`: `None` for the joint policy (one multi-agent observation in, one
+          action per agent out), or an agent index for that agent's policy alone
+          (one agent's observation in, its action out: for evaluation or export).
+
+        **Returns:**
+
+        An [`IndependentPolicy`][eqxrl.multiagent.IndependentPolicy] (the agents'
+        policies stacked) or a [`SharedPolicy`][eqxrl.multiagent.SharedPolicy]
+        with `share_parameters`; with `agent`, agent `agent`'s policy.
+        """
+        num_agents = self.num_agents
+        if agent is not None and not (
+            isinstance(agent, int) and 0 <= agent < num_agents
+        ):
+            raise ValueError(
+                f"Independent.policy: agent={agent!r} must be an int in "
+                f"[0, {num_agents})."
+            )
+        learner = self.learner
+        if self.share_parameters:
+            shared = learner.policy(state.learners, deterministic)
+            return SharedPolicy(shared, num_agents, agent)
+        if agent is not None:
+            one = jax.tree.map(
+                lambda x: x[agent] if eqx.is_array(x) else x, state.learners
+            )
+            return learner.policy(one, deterministic)
+        policies = eqx.filter_vmap(lambda s: learner.policy(s, deterministic))(
+            state.learners
+        )
+        return IndependentPolicy(policies, num_agents)
+
+    def diverged(
+        self, state: IndependentState, metrics: dict[str, Array]
+    ) -> Bool[Array, ""]:
+        """Whether any learner diverged (the algorithm's `diverged`, per agent)."""
+        learner = self.learner
+        own = {key: metrics[key] for key in self._learner_metric_names(metrics)}
+        if self.share_parameters:
+            return learner.diverged(state.learners, own)
+        return jnp.any(eqx.filter_vmap(learner.diverged)(state.learners, own))
+
+    def _learner_metric_names(self, metrics: dict[str, Array]) -> list[str]:
+        episode = {"episode_return", "total_episode_return"}
+        episode |= {"episode_length", "episode_count"}
+        return [key for key in metrics if key not in episode]
+
+    # --------------------------------------------------------------- iteration
+    def train_iteration(
+        self, state: IndependentState
+    ) -> tuple[IndependentState, dict[str, Array]]:
+        """Step `num_envs` worlds `train_frequency` times with every agent acting,
+        then run every agent's updates.
+
+        **Returns:**
+
+        `(state, metrics)`; see the class for the metrics.
+        """
+        learner = self.learner
+        num_agents, num_envs = self.num_agents, self.num_envs
+        num_steps = learner.train_frequency
+        shared = self.share_parameters
+        learners: QLearningState = state.learners
+
+        def agents(function, in_axes, out_axes=0):
+            """`function` for every agent: vmapped, or as it is when shared."""
+            if shared:
+                return function
+            return eqx.filter_vmap(function, in_axes=in_axes, out_axes=out_axes)
+
+        # The worlds' randomness from the run's key; each agent's from its own.
+        key, step_key = random_split(state.key)
+        columns = num_envs * num_agents if shared else num_envs
+        shape = (num_steps, columns)
+
+        def agent_keys(agent_key: PRNGKeyArray):
+            next_key, value_key, uniform_key, sample_key, loss_key = random_split(
+                agent_key, 5
+            )
+            return (
+                next_key,
+                random_split(value_key, shape),
+                random_uniform(uniform_key, shape),
+                sample_key,
+                loss_key,
+            )
+
+        next_keys, value_keys, uniforms, sample_keys, loss_keys = agents(
+            agent_keys, in_axes=0
+        )(learners.key)
+        step_keys = random_split(step_key, (num_steps, num_envs))
+        if not shared:  # steps first, as the scan wants them
+            value_keys, uniforms = (
+                jnp.swapaxes(x, 0, 1) for x in (value_keys, uniforms)
+            )
+
+        buffer = learners.buffer if shared else _first_agent_counters(learners.buffer)
+        buffer_axes = _buffer_axes(buffer, 0)
+        act = agents(learner.act, in_axes=(0, 0, None, 0, 0))
+        store = agents(
+            learner.store, in_axes=(buffer_axes, 0, 0, 0), out_axes=(buffer_axes, 0)
+        )
+        step_worlds = jax.vmap(self.algorithm.training_env.step)
+        first_step = state.iteration * self.steps_per_iteration
+
+        def step(carry, inputs):
+            env_state, views, buffer = carry
+            index, value_keys, uniforms, step_keys = inputs
+            env_steps = first_step + index * num_envs
+            action = act(learners.network, views, env_steps, value_keys, uniforms)
+            joint = (
+                action.reshape(num_envs, num_agents)
+                if shared
+                else jnp.swapaxes(action, 0, 1)
+            )
+            env_state, timestep = step_worlds(env_state, joint, step_keys)
+            next_views = self._views(timestep)
+            buffer, statistics = store(buffer, views, action, next_views)
+            episode = {
+                "done": timestep.terminated | timestep.truncated,
+                "episode_return": timestep.extras["episode_return"],
+                "episode_length": timestep.extras["episode_length"],
+            }
+            invalid = statistics.get("invalid_action")
+            return (env_state, next_views, buffer), (episode, invalid)
+
+        with skip_action_checks():
+            (env_state, views, buffer), (episode, invalid) = scan_or_step(
+                step,
+                (state.env_state, learners.timestep, buffer),
+                (
+                    jnp.arange(num_steps, dtype=jnp.int32),
+                    value_keys,
+                    uniforms,
+                    step_keys,
+                ),
+            )
+
+        collected = (state.iteration + 1) * self.steps_per_iteration
+        learning = collected >= learner.learning_starts
+        # Every agent has made the same number of updates.
+        num_updates = learners.num_updates if shared else learners.num_updates[0]
+        learn = agents(
+            learner.learn,
+            in_axes=(0, 0, 0, buffer_axes, None, None, 0, 0),
+            out_axes=(0, 0, 0, None, 0),
+        )
+        network, target_network, optimizer_state, num_updates, metrics = learn(
+            learners.network,
+            learners.target_network,
+            learners.optimizer_state,
+            buffer,
+            learning,
+            num_updates,
+            sample_keys,
+            loss_keys,
+        )
+        epsilon = learner.epsilon(collected - num_envs)
+        learning_rate = agents(learner.current_learning_rate, in_axes=0)(
+            optimizer_state
+        )
+        if not shared:
+            buffer = _every_agent_counters(buffer, num_agents)
+            num_updates = jnp.broadcast_to(num_updates, (num_agents,))
+            epsilon = jnp.broadcast_to(epsilon, (num_agents,))
+        metrics = {**metrics, "epsilon": epsilon, "learning_rate": learning_rate}
+        if invalid is not None:  # [steps, agents, worlds] or [steps, worlds * agents]
+            if shared:
+                invalid = invalid.reshape(num_steps, num_envs, num_agents)
+                invalid = jnp.swapaxes(invalid, 1, 2)
+            count = jnp.sum(invalid, axis=(0, 2)).astype(jnp.int32)
+            metrics["invalid_action_count"] = count
+        metrics.update(self._episode_metrics(episode))
+
+        # Through tree_at: a stack of states would fail QLearningState's
+        # per-learner shape checks.
+        learners = eqx.tree_at(
+            lambda s: (
+                s.network,
+                s.target_network,
+                s.optimizer_state,
+                s.buffer,
+                s.timestep,
+                s.key,
+                s.iteration,
+                s.num_updates,
+            ),
+            learners,
+            (
+                network,
+                target_network,
+                optimizer_state,
+                buffer,
+                views,
+                next_keys,
+                learners.iteration + 1,
+                num_updates,
+            ),
+        )
+        state = IndependentState(
+            learners=learners,
+            env_state=env_state,
+            key=key,
+            iteration=state.iteration + 1,
+        )
+        return state, metrics
+
+    def _episode_metrics(self, episode: dict[str, Array]) -> dict[str, Array]:
+        """Per agent, the mean return of the episodes that ended in the iteration
+        (`[num_agents]`); their sum; the episodes' mean length and count."""
+
+        def per_agent(episode_return: Array) -> dict[str, Array]:
+            return ended_episode_metrics(
+                episode["done"], episode_return, episode["episode_length"]
+            )
+
+        returns = jnp.moveaxis(episode["episode_return"], -1, 0)
+        metrics = jax.vmap(per_agent)(returns)
+        return {
+            "episode_return": metrics["episode_return"],
+            "total_episode_return": jnp.sum(metrics["episode_return"]),
+            "episode_length": metrics["episode_length"][0],
+            "episode_count": metrics["episode_count"][0],
+        }
