@@ -1,4 +1,4 @@
-"""Helpers the adapters from other JAX suites (Brax, Jumanji) share."""
+"""Helpers the adapters from other JAX suites (Brax, Jumanji, JaxMARL) share."""
 
 from typing import Any
 
@@ -35,3 +35,20 @@ def strongly_typed(tree: PyTree) -> PyTree:
         return lax.convert_element_type(x, x.dtype)
 
     return jtu.tree_map(leaf, tree)
+
+
+def make_by_name(
+    caller: str, library: str, make: Any, env: Any, make_kwargs: dict[str, Any]
+) -> Any:
+    """`make(env, **make_kwargs)` when `env` is a registered name, else `env`
+    itself; keyword arguments without a name to build are a `TypeError` naming
+    `caller` and where they belong."""
+    if isinstance(env, str):
+        return make(env, **make_kwargs)
+    if make_kwargs:
+        raise TypeError(
+            f"{caller}: keyword arguments {sorted(make_kwargs)} configure an "
+            f"environment built by name; pass them to the {library} environment's "
+            "constructor instead."
+        )
+    return env

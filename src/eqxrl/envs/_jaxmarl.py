@@ -21,7 +21,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, PRNGKeyArray, PyTree, Shaped
 
 from ._checks import check_action
 from ._environment import AbstractMultiAgentEnvironment
-from ._interop import legacy_key, strongly_typed
+from ._interop import legacy_key, make_by_name, strongly_typed
 from ._spaces import AbstractSpace, Box, Discrete
 from ._types import TimeStep
 
@@ -504,12 +504,5 @@ def from_jaxmarl(
         ```
     """
     jaxmarl = _jaxmarl()
-    if isinstance(env, str):
-        env = jaxmarl.make(env, **make_kwargs)
-    elif make_kwargs:
-        raise TypeError(
-            f"from_jaxmarl: keyword arguments {sorted(make_kwargs)} configure an "
-            "environment built by name; pass them to the JaxMARL environment's "
-            "constructor instead."
-        )
+    env = make_by_name("from_jaxmarl", "JaxMARL", jaxmarl.make, env, make_kwargs)
     return FromJaxMARL(env, time_limit=time_limit)

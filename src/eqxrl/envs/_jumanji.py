@@ -16,7 +16,7 @@ from jaxtyping import Array, Bool, PRNGKeyArray, PyTree
 
 from ._checks import check_action
 from ._environment import AbstractEnvironment
-from ._interop import legacy_key, strongly_typed
+from ._interop import legacy_key, make_by_name, strongly_typed
 from ._spaces import AbstractSpace, Box, Dict, Discrete
 from ._types import TimeStep
 
@@ -382,12 +382,5 @@ def from_jumanji(env: Any, **make_kwargs: Any) -> FromJumanji:
         ```
     """
     jumanji = _jumanji()
-    if isinstance(env, str):
-        env = jumanji.make(env, **make_kwargs)
-    elif make_kwargs:
-        raise TypeError(
-            f"from_jumanji: keyword arguments {sorted(make_kwargs)} configure an "
-            "environment built by name; pass them to the Jumanji environment's "
-            "constructor instead."
-        )
+    env = make_by_name("from_jumanji", "Jumanji", jumanji.make, env, make_kwargs)
     return FromJumanji(env)

@@ -147,16 +147,20 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    try:  # make the rename durable
-        directory = os.open(path.parent, os.O_RDONLY)
+    _fsync_directory(path.parent)  # make the rename durable
+
+
+def _fsync_directory(folder: Path) -> None:
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
-        os.fsync(directory)
+        os.fsync(descriptor)
     except OSError:
         pass
     finally:
-        os.close(directory)
+        os.close(descriptor)
 
 
 def _versions() -> dict[str, str]:

@@ -38,7 +38,9 @@ from ..algorithms import AbstractAlgorithm
 from ._checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
+    _fsync_directory,
     _is_array,
+    _is_key,
     checkpoint_header,
 )
 
@@ -57,12 +59,6 @@ def _orbax():
             "orbax-checkpoint: pip install 'eqxrl[scale]' (or orbax-checkpoint)."
         ) from None
     return ocp
-
-
-def _is_key(leaf: Any) -> bool:
-    return isinstance(leaf, jax.Array | jax.ShapeDtypeStruct) and jax.dtypes.issubdtype(
-        leaf.dtype, jax.dtypes.prng_key
-    )
 
 
 def _storable(tree: PyTree) -> dict[str, jax.Array]:
@@ -135,23 +131,6 @@ def _fsync_tree(folder: Path) -> None:
             with open(os.path.join(root, name), "rb") as file:
                 os.fsync(file.fileno())
         _fsync_directory(Path(root))
-
-
-def _fsync_directory(folder: Path) -> None:
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
-
-
-def is_sharded_checkpoint(path: Path) -> bool:
-    return path.name.endswith(SUFFIX) and path.is_dir()
 
 
 def read_sharded_header(path: Path) -> dict[str, Any]:
