@@ -25,12 +25,20 @@ NEEDS_EXTRA = {
     "brax_ppo.py": "brax",
     "gymnasium_bridge_ppo.py": "gymnasium",
     "gymnax_env_ppo.py": "gymnax",
+    "jaxmarl_ippo.py": "jaxmarl",
     "jumanji_ppo.py": "jumanji",
     "purejaxrl_migration.py": "gymnax",
     "sb3_migration.py": "gymnasium",
 }
 # Packages of the other extras: not in the venv of `make demo`.
-OUTSIDE_TRAINING_EXTRA = ("brax", "gymnasium", "gymnax", "jumanji", "wandb")
+OUTSIDE_TRAINING_EXTRA = (
+    "brax",
+    "gymnasium",
+    "gymnax",
+    "jaxmarl",
+    "jumanji",
+    "wandb",
+)
 
 NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
@@ -86,7 +94,9 @@ def flags(name: str) -> list[str]:
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_help_lists_the_flags(name, monkeypatch, capsys):
     if name in NEEDS_EXTRA:
+        stdout = sys.stdout
         pytest.importorskip(NEEDS_EXTRA[name])
+        sys.stdout = stdout  # importing jaxmarl points it back at the terminal
         capsys.readouterr()  # what importing it printed (MuJoCo's, under brax)
     code, output = run_help(name, monkeypatch, capsys)
     assert code == 0 and output.startswith("usage:"), output

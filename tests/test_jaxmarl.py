@@ -13,6 +13,8 @@ import jax.random as jr
 import numpy as np
 import pytest
 
+import eqxrl
+
 with warnings.catch_warnings():
     # JaxMARL imports jaxopt, which warns on import that it is unmaintained.
     warnings.filterwarnings("ignore", message="JAXopt is no longer maintained")
@@ -40,6 +42,7 @@ from eqxrl.envs import (  # noqa: E402
     from_jaxmarl,
     num_agents_of,
 )
+from eqxrl.multiagent import Independent  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -313,3 +316,43 @@ def test_unsupported_spaces_and_wrappers_are_refused():
         from_jaxmarl(LogWrapper(Relay()))
     with pytest.raises(TypeError, match="configure an environment built by name"):
         from_jaxmarl(Relay(), max_steps=5)
+
+
+# --------------------------------------------------------------------------------------
+# Independent PPO learns
+
+
+class RandomPolicy(eqxrl.nn.AbstractPolicy):
+    """Every agent picks one of MPE's 5 actions uniformly."""
+
+    def __call__(self, observation, key, action_mask=None):
+        return jr.randint(key, (3,), 0, 5, jnp.int32)
+
+
+@pytest.mark.slow
+def test_independent_ppo_learns_simple_spread():
+    """IPPO (one actor-critic per agent, `eqxrl.multiagent.Independent(PPO)`) on
+    MPE simple spread: within 102,400 steps the team's return over the last 20
+    iterations rises above a random policy's by 8 on at least 3 of 4 seeds (vmapped,
+    one program); a random team scores about -84 per episode."""
+    env = from_jaxmarl("MPE_simple_spread_v3")
+    ppo = eqxrl.PPO(
+        env=env,
+        num_envs=16,
+        num_steps=32,
+        total_timesteps=102_400,
+        learning_rate=1e-3,
+        ent_coef=0.01,
+        max_grad_norm=0.5,
+    )
+    learners = Independent(ppo)
+    with jax.numpy_dtype_promotion("standard"):  # optax's Adam
+        _, metrics = eqx.filter_jit(eqx.filter_vmap(learners.train))(
+            jr.split(jr.key(0), 4)
+        )
+    random = eqxrl.training.evaluate(
+        RandomPolicy(), env, jr.key(1), num_episodes=256
+    ).summary()["return_mean"]
+    learned = np.nanmean(np.asarray(metrics["total_episode_return"])[:, -20:], axis=1)
+    assert -100 < random < -60, random
+    assert np.sum(learned > random + 8) >= 3, (learned, random)

@@ -210,6 +210,77 @@ def test_agent_learns_in_the_stack_what_it_learns_alone(stacked):
     assert not np.allclose(arrays(other.network)[0], arrays(in_stack.network)[0])
 
 
+# Independent PPO: one iteration of 8 steps in one world, 2 epochs of 2 minibatches.
+TINY_PPO = dict(
+    num_envs=1,
+    num_steps=8,
+    total_timesteps=8 * 6,
+    num_epochs=2,
+    num_minibatches=2,
+    hidden_sizes=(16,),
+)
+
+
+def test_ppo_agent_learns_in_the_stack_what_it_learns_alone():
+    """Independent PPO ("IPPO"): agent 1 trained among two ends with the
+    actor-critic and optimizer state of the same agent trained alone with the same
+    keys, its co-player replaying the stack's actions; per-agent metrics."""
+    agent = 1
+    stack = Independent(eqxrl.PPO(env=RecordActions(SMALL), **TINY_PPO))
+    start = init(stack, jr.key(3))
+    end, metrics = run_iterations(stack, start, ITERATIONS)
+    record = _records(end.env_state)
+    steps = ITERATIONS * TINY_PPO["num_steps"]
+    assert int(record.count[0]) == steps
+
+    scripted = ScriptedCoPlayers(SMALL, record.actions[0], agent)
+    alone = Independent(eqxrl.PPO(env=scripted, **TINY_PPO))
+    mine = jax.tree.map(
+        lambda x: x[agent : agent + 1] if eqx.is_array(x) else x, start.learners
+    )
+    alone_start = eqx.tree_at(lambda s: s.learners, init(alone, jr.key(3)), mine)
+    alone_end, alone_metrics = run_iterations(alone, alone_start, ITERATIONS)
+
+    def agent_of(learners, index):
+        return jax.tree.map(lambda x: x[index] if eqx.is_array(x) else x, learners)
+
+    in_stack, by_itself = agent_of(end.learners, agent), agent_of(alone_end.learners, 0)
+    for name in ("model", "optimizer_state", "timestep"):
+        for a, b in zip(
+            arrays(getattr(in_stack, name)), arrays(getattr(by_itself, name))
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(
+        metrics["policy_loss"][:, agent], alone_metrics["policy_loss"][:, 0], atol=1e-6
+    )
+    other = agent_of(end.learners, 1 - agent)
+    assert not np.allclose(arrays(other.model)[0], arrays(in_stack.model)[0])
+    for name in ("episode_return", "total_loss", "entropy", "learning_rate"):
+        assert metrics[name].shape == (ITERATIONS, 2), name
+    for name in ("total_episode_return", "episode_length", "episode_count"):
+        assert metrics[name].shape == (ITERATIONS,), name
+    assert np.isfinite(np.asarray(metrics["total_loss"])).all()
+    policy = stack.policy(end, agent=0)
+    _, timestep = SMALL.reset(jr.key(7))
+    assert policy.act(timestep.observation[0], jr.key(8)).shape == ()
+
+
+def test_shared_ppo_trains_one_network_on_every_agent():
+    """IPPO with `share_parameters=True`: one actor-critic over flattened
+    observations with the one-hot agent index, its rollout a column per world and
+    agent (what its running reward statistics follow too)."""
+    ppo = eqxrl.PPO(env=SMALL, **{**TINY_PPO, "num_envs": 2}, normalize_rewards=True)
+    shared = Independent(ppo, share_parameters=True)
+    end, metrics = eqx.filter_jit(lambda a, k: a.train(k))(shared, jr.key(0))
+    observation_size = 2 * 3 * 3 * 3 + 2
+    assert end.learners.model.actor[0].weight.shape == (16, observation_size)
+    assert end.learners.discounted_returns.shape == (4,)  # 2 worlds x 2 agents
+    assert metrics["total_loss"].shape == (3,)  # 3 iterations of 2 worlds x 8
+    assert metrics["episode_return"].shape == (3, 2)
+    actions = shared.policy(end).act(SMALL.reset(jr.key(1))[1].observation, jr.key(2))
+    assert actions.shape == (2,)
+
+
 def test_learners_are_stacked_with_a_leading_agent_axis(stacked):
     algorithm, start, end, metrics = stacked
     single = tiny_iqn(SMALL, **ONE_WORLD).init_learner  # one agent's shapes
@@ -303,11 +374,12 @@ def test_refusals_explain_the_fix():
     cartpole = eqxrl.IQN(env=eqxrl.envs.make("CartPole-v1"))
     with pytest.raises(ValueError, match="CartPole.*single agent"):
         Independent(cartpole)
-    ppo = eqxrl.PPO(env=treasure)
-    with pytest.raises(ValueError, match="not supported"):
-        Independent(ppo)
-    with pytest.raises(ValueError, match="multi-agent .*not supported yet"):
+    ppo = eqxrl.PPO(env=treasure)  # independent PPO: no error
+    with pytest.raises(ValueError, match=r"multi-agent .*Independent\(ppo\)"):
         ppo.init(jr.key(0))
+    sac = eqxrl.SAC(env=eqxrl.envs.make("Pendulum-v1"))
+    with pytest.raises(ValueError, match="SAC is not supported yet"):
+        Independent(sac)
     with pytest.raises((TypeError, ValueError), match="algorithm"):
         Independent(treasure)  # the type check, or without it __check_init__
 
@@ -341,6 +413,24 @@ CLI_FLAGS = [
     "--seed=1",
     "--log=csv",
 ] + [f"--env-option={key}={value}" for key, value in WORLD.items()]
+
+
+def quiet_trainer(algorithm, out) -> eqxrl.Trainer:
+    """A Trainer on `WORLD`'s Treasure Hunt that checkpoints every 2 iterations and
+    writes no logs."""
+    return eqxrl.Trainer(
+        algorithm,
+        out=str(out),
+        chunk_size=2,
+        checkpoint_every=2,
+        eval_episodes=2,
+        gif_episodes=0,
+        env_name="TreasureHunt-v0",
+        env_kwargs=WORLD,
+        verbose=False,
+        progress=False,
+        loggers=(),
+    )
 
 
 @pytest.mark.slow
@@ -390,19 +480,7 @@ def test_command_line_and_trainer_resume_exactly(tmp_path, capsys):
     assert eqx.tree_equal(algorithm, rebuilt)
 
     def trainer():
-        return eqxrl.Trainer(
-            algorithm,
-            out=str(tmp_path / "resumed"),
-            chunk_size=2,
-            checkpoint_every=2,
-            eval_episodes=2,
-            gif_episodes=0,
-            env_name="TreasureHunt-v0",
-            env_kwargs=WORLD,
-            verbose=False,
-            progress=False,
-            loggers=(),
-        )
+        return quiet_trainer(algorithm, tmp_path / "resumed")
 
     trainer().fit(seed=1, stop_at_iteration=3)
     resumed, metrics = trainer().fit(seed=1, resume=True)
@@ -416,6 +494,29 @@ def test_command_line_and_trainer_resume_exactly(tmp_path, capsys):
     policy = eqxrl.load_policy(cli_out / "policy.eqx")
     _, timestep = env.reset(jr.key(0))
     assert policy.act(timestep.observation, jr.key(1)).shape == (2,)
+
+
+@pytest.mark.slow
+def test_independent_ppo_resumes_exactly_through_the_trainer(tmp_path):
+    """Independent PPO through the Trainer: a run stopped at iteration 2 and resumed
+    from its checkpoint ends bit for bit where an uninterrupted run ends, and the
+    checkpoint rebuilds the Independent(PPO) configuration."""
+    env = eqxrl.envs.make("TreasureHunt-v0", **WORLD)
+    algorithm = Independent(
+        eqxrl.PPO(env=env, **{**TINY_PPO, "num_envs": 2, "total_timesteps": 64})
+    )
+
+    def trainer(name):
+        return quiet_trainer(algorithm, tmp_path / name)
+
+    straight, _ = trainer("straight").fit(seed=1)
+    trainer("resumed").fit(seed=1, stop_at_iteration=2)
+    resumed, metrics = trainer("resumed").fit(seed=1, resume=True)
+    assert metrics["total_loss"].shape == (2, 2)  # iterations 3-4, per agent
+    for a, b in zip(arrays(resumed), arrays(straight), strict=True):
+        np.testing.assert_array_equal(a, b)
+    _, rebuilt = eqxrl.load_checkpoint(tmp_path / "resumed")
+    assert eqx.tree_equal(rebuilt, algorithm)
 
 
 # --------------------------------------------------------------------------------------

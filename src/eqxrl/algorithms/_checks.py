@@ -232,7 +232,8 @@ def refuse_multi_agent(
         )
     else:
         fix = (
-            f"Independent {name} learners are not supported yet; train one DQN or "
-            "IQN per agent with eqxrl.multiagent.Independent(eqxrl.IQN(env=env))."
+            f"Independent {name} learners are not supported yet; train one DQN, "
+            "IQN or PPO per agent with eqxrl.multiagent.Independent(eqxrl.IQN("
+            "env=env))."
         )
     raise ValueError(f"{name}: {what} {fix}")

@@ -1,6 +1,6 @@
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import equinox as eqx
@@ -11,7 +11,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree
 
 from .._config import in_range
 from .._filters import filter_scan
@@ -415,8 +415,13 @@ class PPO(AbstractAlgorithm[PPOState]):
         return cls(**brax_ppo_arguments(env, brax_arguments, ACTIVATIONS))
 
     @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps collected per iteration: `num_envs * num_steps`."""
+        return self.num_envs * self.num_steps
+
+    @property
     def num_iterations(self) -> int:
-        return self.total_timesteps // (self.num_envs * self.num_steps)
+        return self.total_timesteps // self.steps_per_iteration
 
     @property
     def minibatch_size(self) -> int:
@@ -578,13 +583,49 @@ class PPO(AbstractAlgorithm[PPOState]):
         return injected_learning_rate(optimizer_state)
 
     def init(self, key: PRNGKeyArray) -> PPOState:
-        refuse_multi_agent("PPO", self.env, independent=False)
+        refuse_multi_agent("PPO", self.env)
         network_key, reset_key, state_key = jr.split(key, 3)
-        model = self.make_network(network_key)
-        optimizer_state = self.make_optimizer().init(eqx.filter(model, eqx.is_array))
+        model, optimizer_state = self._initial_model(network_key)
         env_state, timestep = jax.vmap(self.training_env.reset)(
             jr.split(reset_key, self.num_envs)
         )
+        return self._initial_state(
+            model, optimizer_state, env_state, timestep, state_key
+        )
+
+    def init_learner(self, key: PRNGKeyArray, timestep: TimeStep) -> PPOState:
+        """The state of a learner that does not step environments itself (one agent
+        of a multi-agent environment, see
+        [`Independent`][eqxrl.multiagent.Independent]): a new actor-critic, its
+        optimizer state and empty running statistics, with `env_state = None`.
+
+        **Arguments:**
+
+        - `key`: a PRNG key (the network's initial weights, and the state's key).
+        - `timestep`: the learner's view of the first timestep of every environment
+          it learns from, `[num_columns, ...]` leaves.
+
+        **Returns:**
+
+        A [`PPOState`][eqxrl.algorithms.PPOState].
+        """
+        network_key, state_key = jr.split(key)
+        model, optimizer_state = self._initial_model(network_key)
+        return self._initial_state(model, optimizer_state, None, timestep, state_key)
+
+    def _initial_model(self, key: PRNGKeyArray) -> tuple[AbstractActorCritic, PyTree]:
+        model = self.make_network(key)
+        optimizer_state = self.make_optimizer().init(eqx.filter(model, eqx.is_array))
+        return model, optimizer_state
+
+    def _initial_state(
+        self,
+        model: AbstractActorCritic,
+        optimizer_state: PyTree,
+        env_state: PyTree,
+        timestep: TimeStep,
+        key: PRNGKeyArray,
+    ) -> PPOState:
         observation_statistics = return_statistics = discounted_returns = None
         if self.normalize_observations:
             observation_statistics = empty_observation_statistics(
@@ -592,13 +633,14 @@ class PPO(AbstractAlgorithm[PPOState]):
             )
         if self.normalize_rewards:
             return_statistics = RunningMeanStd.zeros(())
-            discounted_returns = jnp.zeros(self.num_envs, jnp.float32)
+            num_columns = timestep.reward.shape[0]
+            discounted_returns = jnp.zeros(num_columns, jnp.float32)
         return PPOState(
             model=model,
             optimizer_state=optimizer_state,
             env_state=env_state,
             timestep=timestep,
-            key=state_key,
+            key=key,
             iteration=jnp.int32(0),
             observation_statistics=observation_statistics,
             return_statistics=return_statistics,
@@ -620,17 +662,54 @@ class PPO(AbstractAlgorithm[PPOState]):
     def _act(
         self, model: AbstractActorCritic, timestep: TimeStep, key: PRNGKeyArray
     ) -> tuple[Array, Array, Float[Array, ""], Float[Array, ""]]:
-        """One environment: sample an action (vmapped over environments).
-
-        Returns what the rollout stores (for a squashed Gaussian the sample before
-        the `tanh`, else the action), the action to step with, its log-probability
-        and the value."""
+        """One environment: sample an action (`act` vmaps it over environments)."""
         distribution, value = model(timestep.observation, timestep.action_mask)
         if _is_squashed(distribution):
             pre_squash, log_prob = distribution.sample_pre_squash_and_log_prob(key)
             return pre_squash, jnp.tanh(pre_squash), log_prob, value
         action, log_prob = distribution.sample_and_log_prob(key)
         return action, action, log_prob, value
+
+    def act(
+        self, model: AbstractActorCritic, timestep: TimeStep, keys: Key[Array, " n"]
+    ) -> tuple[PyTree[Array], PyTree[Array], Float[Array, " n"], Float[Array, " n"]]:
+        """Sample every environment's action, as each step of the rollout does.
+
+        **Arguments:**
+
+        - `model`: the acting model (`acting_model(state.model,
+          state.observation_statistics)`).
+        - `timestep`: the latest timestep of every environment, `[n, ...]` leaves.
+        - `keys`: one PRNG key per environment, `[n]`.
+
+        **Returns:**
+
+        `(stored_action, action, log_prob, value)`, each `[n, ...]`: what the
+        rollout stores (for a squashed Gaussian the sample before the `tanh`, else
+        the action), the action to step with, its log-probability and the
+        critic's value.
+        """
+        return eqx.filter_vmap(self._act, in_axes=(None, 0, 0))(model, timestep, keys)
+
+    def transition(
+        self,
+        timestep: TimeStep,
+        stored_action: PyTree[Array],
+        log_prob: Float[Array, " n"],
+        value: Float[Array, " n"],
+        next_timestep: TimeStep,
+    ) -> Transition:
+        """What the rollout stores of one step of every environment (`[n, ...]`
+        leaves): `act`'s outputs, the step's reward and episode flags, the episode
+        statistics, and the observation in `observation_storage_dtype`."""
+        transition = jax.vmap(_transition)(
+            timestep, stored_action, log_prob, value, next_timestep
+        )
+        return eqx.tree_at(
+            lambda t: t.observation,
+            transition,
+            self._store_observation(transition.observation),
+        )
 
     def _squashed_policy(self, state: PPOState) -> bool:
         """Whether the model's distribution is a squashed `DiagonalGaussian`, whose
@@ -697,7 +776,6 @@ class PPO(AbstractAlgorithm[PPOState]):
         the checked number of actions, or a `Box` space), `skip_action_checks()`.
         """
         model = self.acting_model(state.model, state.observation_statistics)
-        act = eqx.filter_vmap(self._act, in_axes=(None, 0, 0))
         critic_after_rollout = model.separate_critic
 
         def truncation_value(final: TimeStep) -> Float[Array, ""]:
@@ -714,29 +792,21 @@ class PPO(AbstractAlgorithm[PPOState]):
             env_state, timestep = carry
             # jax.random.split's keys, computed so that XLA fuses it.
             keys = split(step_key, (self.num_envs, 2))
-            stored_action, action, log_prob, value = act(model, timestep, keys[:, 0])
+            stored_action, action, log_prob, value = self.act(
+                model, timestep, keys[:, 0]
+            )
             if critic_after_rollout:
                 value = jnp.zeros_like(value)
             env_state, next_timestep = step_environments(env_state, action, keys[:, 1])
             extras = dict(next_timestep.extras)
             truncation_values = extras.pop("episode_end")
             next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
-            transition = jax.vmap(_transition)(
+            transition = self.transition(
                 timestep, stored_action, log_prob, value, next_timestep
-            )
-            transition = eqx.tree_at(
-                lambda t: t.observation,
-                transition,
-                self._store_observation(transition.observation),
             )
             return (env_state, next_timestep), (transition, truncation_values)
 
-        checks = (
-            skip_action_checks()
-            if samples_only_valid_actions(model, self.env)
-            else contextlib.nullcontext()
-        )
-        with batch_size_hint(self.num_envs), checks:
+        with self.rollout_context(model, self.num_envs):
             (env_state, timestep), (transitions, truncation_values) = filter_scan(
                 step, (state.env_state, state.timestep), split(key, self.num_steps)
             )
@@ -829,12 +899,66 @@ class PPO(AbstractAlgorithm[PPOState]):
         env_state, timestep, transitions, truncation_values = self._collect(
             state, collect_key
         )
+        state = eqx.tree_at(
+            lambda s: (s.env_state, s.timestep, s.key),
+            state,
+            (env_state, timestep, key),
+        )
+        return self.learn(state, transitions, truncation_values, update_key)
 
+    @contextlib.contextmanager
+    def rollout_context(
+        self, model: AbstractActorCritic, num_columns: int
+    ) -> Iterator[None]:
+        """What the rollout's steps are traced under:
+        [`batch_size_hint`][eqxrl.nn.batch_size_hint]`(num_columns)` and, when the
+        policy samples valid actions only (a masked categorical over the checked
+        number of actions, or a `Box` space),
+        [`skip_action_checks`][eqxrl.envs.skip_action_checks]`()`.
+
+        **Arguments:**
+
+        - `model`: the acting model.
+        - `num_columns`: the environments stepped together.
+        """
+        checks = (
+            skip_action_checks()
+            if samples_only_valid_actions(model, self.env)
+            else contextlib.nullcontext()
+        )
+        with batch_size_hint(num_columns), checks:
+            yield
+
+    def learn(
+        self,
+        state: PPOState,
+        transitions: Transition,
+        truncation_values: Float[Array, "num_steps n"],
+        key: PRNGKeyArray,
+    ) -> tuple[PPOState, dict[str, Array]]:
+        """Everything an iteration does after its rollout: the advantages (GAE),
+        `num_epochs` passes of minibatch updates over the rollout, the running
+        statistics and the metrics.
+
+        **Arguments:**
+
+        - `state`: the state after the rollout (its `timestep` the rollout's last,
+          whose value GAE bootstraps from).
+        - `transitions`: the rollout, `[num_steps, n, ...]` leaves (`transition`'s,
+          stacked).
+        - `truncation_values`: per step, the critic's value of the final
+          observation where the step truncated an episode, else zero.
+        - `key`: the PRNG key of the updates (minibatch order).
+
+        **Returns:**
+
+        `(state, metrics)`, with `state.iteration` one more; see `train_iteration`.
+        """
         # The value of the state each step led to: the next step's value, the last
         # observation's after the rollout, and the final observation's where an
         # episode was truncated (AutoReset already shows the next episode there).
         acting = self.acting_model(state.model, state.observation_statistics)
-        last_value = jax.vmap(acting.value)(timestep.observation)
+        last_value = jax.vmap(acting.value)(state.timestep.observation)
         next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
         next_values = jnp.where(transitions.truncated, truncation_values, next_values)
         rewards = transitions.reward
@@ -856,7 +980,9 @@ class PPO(AbstractAlgorithm[PPOState]):
             self.gae_lambda,
         )
 
-        batch_size = self.num_envs * self.num_steps
+        num_steps, num_columns = transitions.reward.shape
+        batch_size = num_steps * num_columns
+        minibatch_size = batch_size // self.num_minibatches
         flat = jtu.tree_map(
             lambda x: x.reshape(batch_size, *x.shape[2:]),
             (transitions, advantages, returns),
@@ -892,7 +1018,7 @@ class PPO(AbstractAlgorithm[PPOState]):
             if squashed:
                 epoch_key, noise_key = split(epoch_key)
             permutation = random_permutation(epoch_key, batch_size)
-            indices = permutation.reshape(self.num_minibatches, self.minibatch_size)
+            indices = permutation.reshape(self.num_minibatches, minibatch_size)
             if squashed:
                 indices = (indices, split(noise_key, self.num_minibatches))
             return filter_scan(minibatch_update, carry, indices)
@@ -900,7 +1026,7 @@ class PPO(AbstractAlgorithm[PPOState]):
         (model, optimizer_state), statistics = filter_scan(
             epoch,
             (state.model, state.optimizer_state),
-            split(update_key, self.num_epochs),
+            split(key, self.num_epochs),
         )
         observation_statistics = state.observation_statistics
         if observation_statistics is not None:
@@ -918,9 +1044,9 @@ class PPO(AbstractAlgorithm[PPOState]):
         state = PPOState(
             model=model,
             optimizer_state=optimizer_state,
-            env_state=env_state,
-            timestep=timestep,
-            key=key,
+            env_state=state.env_state,
+            timestep=state.timestep,
+            key=state.key,
             iteration=state.iteration + 1,
             observation_statistics=observation_statistics,
             return_statistics=return_statistics,

@@ -4,27 +4,36 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Bool, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._filters import scan_or_step
 from .._random import split as random_split, uniform as random_uniform
 from ..algorithms import (
+    PPO,
     AbstractAlgorithm,
     AbstractQLearning,
+    PPOState,
     QLearningState,
     ended_episode_metrics,
 )
 from ..buffers import ReplayBuffer
 from ..envs import (
     AbstractEnvironment,
+    AutoReset,
     Box,
+    EpisodeStatistics,
     TimeStep,
     num_agents_of,
     skip_action_checks,
     unwrap,
 )
 from ..nn import AbstractPolicy
-from ._agents import SharedObservations, agent_major, flat_with_agent_index
+from ._agents import (
+    SharedObservations,
+    agent_major,
+    flat_with_agent_index,
+    with_agent_index,
+)
 from ._policy import IndependentPolicy, SharedPolicy
 
 
@@ -81,25 +90,30 @@ class Independent(AbstractAlgorithm[IndependentState]):
     """Independent learners: one copy of a single-agent algorithm per agent of a
     multi-agent environment, all trained in one compiled program.
 
-    `algorithm` is any eqxrl value-based algorithm ([`DQN`][eqxrl.DQN],
-    [`IQN`][eqxrl.IQN]) configured on the multi-agent environment (its spaces
-    describe one agent, see [multi-agent environments][multi-agent]); its
-    hyperparameters apply to every agent. Each agent gets its own network,
-    optimizer state, replay buffer, exploration schedule and PRNG key, stored as
-    one stacked Equinox module with a leading agent axis
-    ([`IndependentState`][eqxrl.multiagent.IndependentState]`.learners`). An
-    iteration steps `num_envs` worlds `train_frequency` times: every agent acts on
-    its own observation (the agents' acting vmapped), the worlds step with the joint
-    action, every agent stores its own transition; then every agent runs its
-    updates (vmapped over agents). An agent's randomness comes from its own key
-    only, so agent `i` learns exactly what it would learn alone with the same keys
-    and the same co-players' actions.
+    `algorithm` is a value-based algorithm ([`DQN`][eqxrl.DQN],
+    [`IQN`][eqxrl.IQN]) or [`PPO`][eqxrl.PPO] (independent PPO, "IPPO"),
+    configured on the multi-agent environment (its spaces describe one agent, see
+    [multi-agent environments][multi-agent]); its hyperparameters apply to every
+    agent. Each agent gets its own network, optimizer state, replay buffer or
+    running statistics, exploration schedule and PRNG key, stored as one stacked
+    Equinox module with a leading agent axis
+    ([`IndependentState`][eqxrl.multiagent.IndependentState]`.learners`).
+
+    An iteration steps `num_envs` worlds (`train_frequency` times for DQN and IQN,
+    `num_steps` times for PPO): every agent acts on its own observation (the
+    agents' acting vmapped), the worlds step with the joint action, every agent
+    records its own transition; then every agent runs its updates (vmapped over
+    agents: DQN's and IQN's gradient steps on its replay buffer, PPO's epochs on its
+    own share of the rollout). An agent's randomness comes from its own key only,
+    so agent `i` learns exactly what it would learn alone with the same keys and
+    the same co-players' actions.
 
     With `share_parameters`, one network serves every agent instead: each agent's
     observation is flattened with its one-hot agent index appended (a `Box`
     observation space is needed), the agents are the network's batch (`num_envs *
-    num_agents` columns of one replay buffer), and one learner runs
-    `gradient_steps` updates per iteration over the transitions of all agents.
+    num_agents` columns of one replay buffer or rollout), and one learner runs its
+    updates over the transitions of all agents (the usual "parameter-shared IPPO"
+    of JaxMARL's baselines, plus the agent index).
 
     **Arguments:**
 
@@ -110,8 +124,9 @@ class Independent(AbstractAlgorithm[IndependentState]):
     Metrics per iteration: `episode_return` (`[num_agents]`: each agent's mean
     return over the episodes that ended), `total_episode_return` (their sum, the
     team's return), `episode_length` and `episode_count`, and the algorithm's own
-    metrics (`loss`, `q_value`, `epsilon`, `learning_rate`), per agent
-    (`[num_agents]`) or of the shared learner (scalars).
+    metrics (`loss`, `q_value`, `epsilon`, `learning_rate`; PPO's losses,
+    `entropy`, `approx_kl`, ...), per agent (`[num_agents]`) or of the shared
+    learner (scalars).
 
     !!! example
 
@@ -136,10 +151,10 @@ class Independent(AbstractAlgorithm[IndependentState]):
                 f"env=env)), got {type(self.algorithm).__name__}."
             )
         name = type(self.algorithm).__name__
-        if not isinstance(self.algorithm, AbstractQLearning):
+        if not isinstance(self.algorithm, AbstractQLearning | PPO):
             raise ValueError(
                 f"Independent: {name} is not supported yet; independent learners "
-                "are value-based algorithms (eqxrl.DQN, eqxrl.IQN)."
+                "are eqxrl.DQN, eqxrl.IQN and eqxrl.PPO."
             )
         env = getattr(self.algorithm, "env", None)
         if not isinstance(env, AbstractEnvironment) or num_agents_of(env) is None:
@@ -181,6 +196,10 @@ class Independent(AbstractAlgorithm[IndependentState]):
         return self.algorithm.steps_per_iteration
 
     @property
+    def _policy_gradient(self) -> bool:
+        return isinstance(self.algorithm, PPO)
+
+    @property
     def num_iterations(self) -> int:
         return self.algorithm.num_iterations
 
@@ -190,7 +209,7 @@ class Independent(AbstractAlgorithm[IndependentState]):
         return self.algorithm.compiler_options
 
     @property
-    def learner(self) -> AbstractQLearning:
+    def learner(self) -> AbstractQLearning | PPO:
         """The algorithm as each learner uses it: `algorithm` itself, or with
         `share_parameters` the algorithm on the shared network's view of the
         environment (a flattened observation and the one-hot agent index), which
@@ -228,20 +247,13 @@ class Independent(AbstractAlgorithm[IndependentState]):
 
     def environment_axes(self, state: IndependentState) -> PyTree[int]:
         """Worlds come first in the world states; in the learners, where the
-        algorithm puts its environments, one axis later behind the agent axis
+        algorithm puts its environments (e.g. second in a replay buffer's
+        `[capacity, num_envs, ...]` rows), one axis later behind the agent axis
         (with `share_parameters`, the agents are part of the environment axis)."""
         axes = jax.tree.map(lambda _: -1, state)
-        learners = state.learners
-        # A learner's environments: first in its timesteps, second in its replay
-        # buffer's [capacity, num_envs, ...] rows.
-        learner_axes = eqx.tree_at(
-            lambda tree: (tree.timestep, tree.buffer.transitions),
-            jax.tree.map(lambda _: -1, learners),
-            (
-                jax.tree.map(lambda _: 0, learners.timestep),
-                jax.tree.map(lambda _: 1, learners.buffer.transitions),
-            ),
-        )
+        # The algorithm's axes depend on its state's structure, not on shapes, so
+        # a stack of states gets the axes of one.
+        learner_axes = self.learner.environment_axes(state.learners)
         if not self.share_parameters:
             learner_axes = jax.tree.map(lambda a: a + 1 if a >= 0 else a, learner_axes)
         return eqx.tree_at(
@@ -313,24 +325,49 @@ class Independent(AbstractAlgorithm[IndependentState]):
     def train_iteration(
         self, state: IndependentState
     ) -> tuple[IndependentState, dict[str, Array]]:
-        """Step `num_envs` worlds `train_frequency` times with every agent acting,
-        then run every agent's updates.
+        """Step `num_envs` worlds with every agent acting (`train_frequency` times
+        for DQN and IQN, `num_steps` for PPO), then run every agent's updates.
 
         **Returns:**
 
         `(state, metrics)`; see the class for the metrics.
         """
+        if self._policy_gradient:
+            return self._policy_gradient_iteration(state)
+        return self._value_based_iteration(state)
+
+    def _for_every_agent(self, function, in_axes, out_axes=0):
+        """`function` for every agent: vmapped over the agent axis, or as it is
+        when the agents share one learner."""
+        if self.share_parameters:
+            return function
+        return eqx.filter_vmap(function, in_axes=in_axes, out_axes=out_axes)
+
+    def _joint_action(self, action: Array) -> Array:
+        """The learners' actions (`[num_agents, num_envs, ...]`, or `[num_envs *
+        num_agents, ...]` when shared) as the worlds take them, `[num_envs,
+        num_agents, ...]`."""
+        if self.share_parameters:
+            return action.reshape(self.num_envs, self.num_agents, *action.shape[1:])
+        return jnp.swapaxes(action, 0, 1)
+
+    def _learner_columns(self, x: Array) -> Array:
+        """A per-agent quantity of every world (`[num_envs, num_agents, ...]`) as
+        the learners hold it (the inverse of `_joint_action`)."""
+        if self.share_parameters:
+            return x.reshape(self.num_envs * self.num_agents, *x.shape[2:])
+        return jnp.swapaxes(x, 0, 1)
+
+    def _value_based_iteration(
+        self, state: IndependentState
+    ) -> tuple[IndependentState, dict[str, Array]]:
         learner = self.learner
         num_agents, num_envs = self.num_agents, self.num_envs
         num_steps = learner.train_frequency
         shared = self.share_parameters
         learners: QLearningState = state.learners
 
-        def agents(function, in_axes, out_axes=0):
-            """`function` for every agent: vmapped, or as it is when shared."""
-            if shared:
-                return function
-            return eqx.filter_vmap(function, in_axes=in_axes, out_axes=out_axes)
+        agents = self._for_every_agent
 
         # The worlds' randomness from the run's key; each agent's from its own.
         key, step_key = random_split(state.key)
@@ -372,11 +409,7 @@ class Independent(AbstractAlgorithm[IndependentState]):
             index, value_keys, uniforms, step_keys = inputs
             env_steps = first_step + index * num_envs
             action = act(learners.network, views, env_steps, value_keys, uniforms)
-            joint = (
-                action.reshape(num_envs, num_agents)
-                if shared
-                else jnp.swapaxes(action, 0, 1)
-            )
+            joint = self._joint_action(action)
             env_state, timestep = step_worlds(env_state, joint, step_keys)
             next_views = self._views(timestep)
             buffer, statistics = store(buffer, views, action, next_views)
@@ -461,6 +494,118 @@ class Independent(AbstractAlgorithm[IndependentState]):
                 num_updates,
             ),
         )
+        state = IndependentState(
+            learners=learners,
+            env_state=env_state,
+            key=key,
+            iteration=state.iteration + 1,
+        )
+        return state, metrics
+
+    def _policy_gradient_iteration(
+        self, state: IndependentState
+    ) -> tuple[IndependentState, dict[str, Array]]:
+        """Independent PPO: roll out `num_steps` steps of `num_envs` worlds with
+        every agent acting, then every agent learns from its own share of the
+        rollout (PPO's `learn`, vmapped over agents)."""
+        ppo: PPO = self.learner
+        num_agents, num_envs, num_steps = self.num_agents, self.num_envs, ppo.num_steps
+        shared = self.share_parameters
+        agents = self._for_every_agent
+        learners: PPOState = state.learners
+
+        # The worlds' randomness from the run's key; each agent's from its own.
+        key, step_key = random_split(state.key)
+        columns = num_envs * num_agents if shared else num_envs
+
+        def agent_keys(agent_key: PRNGKeyArray):
+            next_key, action_key, update_key = random_split(agent_key, 3)
+            return next_key, random_split(action_key, (num_steps, columns)), update_key
+
+        next_keys, action_keys, update_keys = agents(agent_keys, in_axes=0)(
+            learners.key
+        )
+        if not shared:  # steps first, as the scan wants them
+            action_keys = jnp.swapaxes(action_keys, 0, 1)
+        step_keys = random_split(step_key, (num_steps, num_envs))
+        models = agents(ppo.acting_model, in_axes=0)(
+            learners.model, learners.observation_statistics
+        )
+
+        def truncation_values(final: TimeStep) -> Float[Array, " num_agents"]:
+            # Each agent's value of its own final observation where the episode
+            # was truncated (PPO's bootstrap), for one world.
+            if shared:
+                views = jax.vmap(lambda o, a: with_agent_index(o, a, num_agents))(
+                    final.observation, jnp.arange(num_agents, dtype=jnp.int32)
+                )
+                values = jax.vmap(models.value)(views)
+            else:
+                values = eqx.filter_vmap(lambda m, o: m.value(o))(
+                    models, final.observation
+                )
+            return jnp.where(final.truncated, values, 0.0)
+
+        env = AutoReset(EpisodeStatistics(self.env), on_episode_end=truncation_values)
+        step_worlds = jax.vmap(env.step)
+        act = agents(ppo.act, in_axes=(0, 0, 0))
+        record = agents(ppo.transition, in_axes=0)
+
+        def step(carry, inputs):
+            env_state, views = carry
+            action_keys, step_keys = inputs
+            stored_action, action, log_prob, value = act(models, views, action_keys)
+            env_state, timestep = step_worlds(
+                env_state, self._joint_action(action), step_keys
+            )
+            extras = dict(timestep.extras)
+            truncation = self._learner_columns(extras.pop("episode_end"))
+            timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
+            next_views = self._views(timestep)
+            transition = record(views, stored_action, log_prob, value, next_views)
+            episode = {
+                "done": timestep.terminated | timestep.truncated,
+                "episode_return": timestep.extras["episode_return"],
+                "episode_length": timestep.extras["episode_length"],
+            }
+            return (env_state, next_views), (transition, truncation, episode)
+
+        one_model = (
+            models
+            if shared
+            else jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, models)
+        )
+        with ppo.rollout_context(one_model, columns):
+            (env_state, views), (transitions, truncation, episode) = scan_or_step(
+                step,
+                (state.env_state, learners.timestep),
+                (action_keys, step_keys),
+            )
+        if not shared:  # [steps, agents, ...] to each agent's [steps, ...]
+            transitions, truncation = jax.tree.map(
+                lambda x: jnp.swapaxes(x, 0, 1), (transitions, truncation)
+            )
+
+        # Through tree_at: a stack of states would fail PPOState's per-learner
+        # shape checks.
+        learners = eqx.tree_at(
+            lambda s: (s.timestep, s.key), learners, (views, next_keys)
+        )
+        learn = agents(ppo.learn, in_axes=(0, 0, 0, 0))
+        learners, metrics = learn(learners, transitions, truncation, update_keys)
+
+        # Episodes are the worlds' (learn's are each agent's view of them).
+        metrics.update(self._episode_metrics(episode))
+        if "invalid_action_count" in metrics:
+            valid = jnp.take_along_axis(
+                transitions.action_mask, transitions.action[..., None], axis=-1
+            )[..., 0]
+            if shared:  # [steps, worlds * agents]
+                invalid = ~valid.reshape(num_steps, num_envs, num_agents)
+                count = jnp.sum(invalid, axis=(0, 1))
+            else:  # [agents, steps, worlds]
+                count = jnp.sum(~valid, axis=(1, 2))
+            metrics["invalid_action_count"] = count.astype(jnp.int32)
         state = IndependentState(
             learners=learners,
             env_state=env_state,
