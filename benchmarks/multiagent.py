@@ -1,5 +1,6 @@
-"""Independent learners on Treasure Hunt (`eqxrl.multiagent`): Sorrel's experiment,
-worlds x agents scaling, and the one program against a Python loop over agents.
+"""Independent learners (`eqxrl.multiagent`): Sorrel's experiment on Treasure Hunt,
+worlds x agents scaling, the one program against a Python loop over agents, and
+IPPO against JaxMARL's own IPPO baseline.
 
 Parts (`--parts`, default all); compile time is reported apart from run time:
 
@@ -22,8 +23,19 @@ Parts (`--parts`, default all); compile time is reported apart from run time:
   2, 5, 10, 20 agents (`--loop-agents`) in `--loop-worlds` worlds (target: 5
   agents at least 4x faster in one program, whose cost grows clearly sublinearly
   with the number of agents).
+- `jaxmarl`: parameter-shared IPPO on JaxMARL's `MPE_simple_spread_v3`, eqxrl
+  (`Independent(PPO, share_parameters=True)`) against JaxMARL's
+  `baselines/IPPO/ippo_ff_mpe.py` (not part of the jaxmarl wheel: clone
+  https://github.com/FLAIROx/JaxMARL and pass `--jaxmarl-baseline
+  JaxMARL/baselines/IPPO/ippo_ff_mpe.py`; it needs `pip install distrax
+  hydra-core` beside jaxmarl). Its `config/ippo_ff_mpe.yaml` settings, with
+  `--jaxmarl-timesteps` steps, `--pairs` alternating runs (eqxrl, JaxMARL) in this
+  process; steps/s (target: eqxrl at least 1.2x) and the team's return over the
+  last 10 iterations. Skipped, saying why, without the path or the packages.
 
     .venv/bin/python benchmarks/multiagent.py
+    .venv/bin/python benchmarks/multiagent.py --parts jaxmarl \\
+        --jaxmarl-baseline ../JaxMARL/baselines/IPPO/ippo_ff_mpe.py
     .venv/bin/python benchmarks/multiagent.py --parts sorrel --seeds 4 \\
         --curve docs/assets/treasure-hunt-iqn.png
     .venv/bin/python benchmarks/multiagent.py --epochs 3 --seeds 2 --worlds 1 4 \\
@@ -31,7 +43,11 @@ Parts (`--parts`, default all); compile time is reported apart from run time:
 """
 
 import argparse
+import importlib.util
+import sys
 import time
+import types
+import warnings
 
 import equinox as eqx
 import jax
@@ -40,7 +56,7 @@ import numpy as np
 
 import eqxrl
 
-PARTS = ("sorrel", "scaling", "loop")
+PARTS = ("sorrel", "scaling", "loop", "jaxmarl")
 SORREL_SECONDS = 332.0  # Sorrel 1.6.0's 1000-epoch treasurehunt run
 SORREL_LAST_100 = 37.0  # its total reward per epoch over the last 100 epochs
 
@@ -294,6 +310,125 @@ def loop(options) -> None:
         )
 
 
+def load_jaxmarl_baseline(path: str):
+    """JaxMARL's `baselines/IPPO/ippo_ff_mpe.py` as a module (its `make_train`).
+    The script imports wandb for its logging (mode "disabled" by default); where
+    wandb is not installed, a stand-in that does nothing, as disabled wandb does."""
+    if importlib.util.find_spec("wandb") is None:
+        sys.modules["wandb"] = types.SimpleNamespace(
+            init=lambda *args, **kwargs: None, log=lambda *args, **kwargs: None
+        )
+    spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", path)
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # jaxopt's deprecation, hydra's
+        spec.loader.exec_module(module)
+    return module
+
+
+def jaxmarl_ippo(options) -> None:
+    """eqxrl's parameter-shared IPPO against JaxMARL's, same settings, alternating."""
+    path = options.jaxmarl_baseline
+    missing = [
+        name
+        for name in ("jaxmarl", "flax", "distrax", "hydra")
+        if importlib.util.find_spec(name) is None
+    ]
+    if path is None or missing:
+        why = f"missing {', '.join(missing)}" if missing else "no --jaxmarl-baseline"
+        print(f"jaxmarl: skipped ({why}); see the module docstring")
+        return
+    total = options.jaxmarl_timesteps
+    # JaxMARL's config/ippo_ff_mpe.yaml, with a CPU-sized TOTAL_TIMESTEPS.
+    config = {
+        "LR": 2.5e-4,
+        "NUM_ENVS": 16,
+        "NUM_STEPS": 128,
+        "TOTAL_TIMESTEPS": total,
+        "UPDATE_EPOCHS": 4,
+        "NUM_MINIBATCHES": 4,
+        "GAMMA": 0.99,
+        "GAE_LAMBDA": 0.95,
+        "CLIP_EPS": 0.2,
+        "ENT_COEF": 0.01,
+        "VF_COEF": 0.5,
+        "MAX_GRAD_NORM": 0.5,
+        "ACTIVATION": "tanh",
+        "ENV_NAME": "MPE_simple_spread_v3",
+        "ENV_KWARGS": {},
+        "ANNEAL_LR": True,
+    }
+    baseline = load_jaxmarl_baseline(path)
+    env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
+    ppo = eqxrl.PPO(
+        env=env,
+        num_envs=config["NUM_ENVS"],
+        num_steps=config["NUM_STEPS"],
+        total_timesteps=total,
+        num_epochs=config["UPDATE_EPOCHS"],
+        num_minibatches=config["NUM_MINIBATCHES"],
+        learning_rate=config["LR"],
+        anneal_lr=config["ANNEAL_LR"],
+        gamma=config["GAMMA"],
+        gae_lambda=config["GAE_LAMBDA"],
+        clip_eps=config["CLIP_EPS"],
+        ent_coef=config["ENT_COEF"],
+        vf_coef=config["VF_COEF"],
+        max_grad_norm=config["MAX_GRAD_NORM"],
+        hidden_sizes=(64, 64),
+        activation=config["ACTIVATION"],
+    )
+    # JaxMARL's baseline shares one network across agents: so does this one.
+    ours = eqxrl.multiagent.Independent(ppo, share_parameters=True)
+    steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
+
+    start = time.perf_counter()
+    ours_compiled = ours.lower(jax.random.key(0)).compile()
+    ours_compile = time.perf_counter() - start
+    start = time.perf_counter()
+    # JaxMARL's code is written for JAX's default promotion rules.
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        theirs_compiled = (
+            jax.jit(baseline.make_train(dict(config)))
+            .lower(jax.random.PRNGKey(0))
+            .compile()
+        )
+    theirs_compile = time.perf_counter() - start
+    print(
+        f"IPPO on {config['ENV_NAME']} (one network shared by the agents), "
+        f"{config['NUM_ENVS']} envs x {config['NUM_STEPS']} steps, {steps:,} steps "
+        f"per run; compile eqxrl {ours_compile:.1f} s, JaxMARL {theirs_compile:.1f} s"
+    )
+    speeds: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
+    returns: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
+    for pair in range(options.pairs):
+        (_, metrics), seconds = timed(ours_compiled, ours, jax.random.key(pair), True)
+        speeds["eqxrl"].append(steps / seconds)
+        team = np.asarray(metrics["total_episode_return"])[-10:]
+        returns["eqxrl"].append(float(np.nanmean(team)))
+        out, seconds = timed(theirs_compiled, jax.random.PRNGKey(pair))
+        speeds["JaxMARL"].append(steps / seconds)
+        # MPELogWrapper logs every agent's reward times the number of agents, and
+        # the agents share the team's reward: its returns are the team's.
+        logged = np.asarray(out["metrics"]["returned_episode_returns"])[-10:]
+        returns["JaxMARL"].append(float(np.mean(logged)))
+        print(
+            f"  pair {pair}: eqxrl {speeds['eqxrl'][-1]:,.0f} steps/s, JaxMARL "
+            f"{speeds['JaxMARL'][-1]:,.0f} steps/s",
+            flush=True,
+        )
+    ratios = [a / b for a, b in zip(speeds["eqxrl"], speeds["JaxMARL"])]
+    print(
+        f"IPPO steps/s median eqxrl {np.median(speeds['eqxrl']):,.0f}, JaxMARL "
+        f"{np.median(speeds['JaxMARL']):,.0f}: ratio median {np.median(ratios):.2f}x "
+        f"best {max(ratios):.2f}x ({options.pairs} alternating pairs)"
+    )
+    print(
+        "IPPO team return over the last 10 iterations (mean of the runs): eqxrl "
+        f"{np.mean(returns['eqxrl']):.1f}, JaxMARL {np.mean(returns['JaxMARL']):.1f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -307,10 +442,15 @@ def main() -> None:
     parser.add_argument("--loop-agents", type=int, nargs="+", default=[2, 5, 10, 20])
     parser.add_argument("--loop-worlds", type=int, default=1)
     parser.add_argument("--loop-iterations", type=int, default=3)
+    parser.add_argument("--jaxmarl-baseline", metavar="PATH", default=None)
+    parser.add_argument("--jaxmarl-timesteps", type=int, default=1_000_000)
+    parser.add_argument("--pairs", type=int, default=5)
     options = parser.parse_args()
     print(f"[{jax.devices()[0].platform}, jax {jax.__version__}]")
     for part in options.parts:
-        {"sorrel": sorrel, "scaling": scaling, "loop": loop}[part](options)
+        parts = {"sorrel": sorrel, "scaling": scaling, "loop": loop}
+        parts["jaxmarl"] = jaxmarl_ippo
+        parts[part](options)
 
 
 if __name__ == "__main__":

@@ -4,17 +4,26 @@ figures; and the benchmarks use eqxrl's public API only.
 Nothing is timed or compared here (the machine running the tests is shared): a run
 only has to finish and print a positive, finite number where the script prints its
 measurement.
+
+The scripts run in this process, as `python benchmarks/<name>.py <arguments>` would
+run them (to share imports: a fresh interpreter costs seconds), under the test
+suite's rank checks and with warnings as errors. None sets JAX flags of its own;
+the two that need processes of their own (`scaling.py`'s device counts,
+`snake_memory.py`'s memory figures) start them themselves.
 """
 
 import ast
 import math
 import re
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
 import jax
 import pytest
+
+# The benchmarks are user code: standard dtype promotion (optax's Adam, gymnax).
+STANDARD_DTYPE_PROMOTION = True
 
 ROOT = Path(__file__).parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -199,7 +208,7 @@ def _is_private(name: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
-def test_benchmark_runs_and_prints_its_figures(script):
+def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, capsys):
     """`make bench`'s scripts, `snake_memory.py`, and `peers.py` where its peers are
     installed (`make bench-peers`)."""
     arguments, patterns, needs = SMOKE_RUNS[script]
@@ -209,20 +218,17 @@ def test_benchmark_runs_and_prints_its_figures(script):
                 pytest.skip(f"needs jax<0.9; JAX {jax.__version__} is installed")
         else:
             pytest.importorskip(module)
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *arguments],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / script), *arguments])
+    monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
+    runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
+    output = capsys.readouterr().out
     for pattern in patterns:
-        for number in figures(pattern, result.stdout):
-            assert math.isfinite(number) and number > 0, (pattern, result.stdout)
+        for number in figures(pattern, output):
+            assert math.isfinite(number) and number > 0, (pattern, output)
     if script == "snake_memory.py":
         # What the script is for: uint8 storage makes the rollout smaller.
         (_, float32_rollout, _), (_, uint8_rollout, _) = (
-            figures(pattern, result.stdout) for pattern in patterns
+            figures(pattern, output) for pattern in patterns
         )
         assert uint8_rollout < float32_rollout

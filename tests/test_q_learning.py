@@ -227,15 +227,17 @@ def test_max_grad_norm_none_trains_without_clipping(env, name):
     """`max_grad_norm=None` leaves clipping out: the same parameters as an infinite
     threshold, and not those of a tight one."""
 
-    def final_parameters(max_grad_norm):
+    def final_parameters(max_grad_norm, train):
         algorithm = small(name, env, max_grad_norm=max_grad_norm)
-        state, _ = eqx.filter_jit(lambda a, k: a.train(k))(algorithm, jr.key(0))
+        state, _ = train(algorithm, jr.key(0))
         return jax.tree.leaves(eqx.filter(state.network, eqx.is_array))
 
-    unclipped = final_parameters(None)
-    for ours, infinite in zip(unclipped, final_parameters(float("inf")), strict=True):
-        np.testing.assert_allclose(ours, infinite, rtol=1e-5, atol=1e-6)
-    tight = final_parameters(1e-4)
+    # `None` is another program; thresholds are array leaves of the shared one.
+    unclipped = final_parameters(None, eqx.filter_jit(lambda a, k: a.train(k)))
+    infinite = final_parameters(float("inf"), TRAIN[name])
+    for ours, theirs in zip(unclipped, infinite, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    tight = final_parameters(1e-4, TRAIN[name])
     assert any(
         not np.allclose(ours, clipped, rtol=1e-5, atol=1e-6)
         for ours, clipped in zip(unclipped, tight, strict=True)
@@ -362,10 +364,12 @@ def test_iqn_mean_quantile_loss_and_noisy_draws(env):
     summed = loss(small("IQN", env), jr.key(1))
     mean = loss(small("IQN", env, quantile_loss="mean"), jr.key(1))
     np.testing.assert_allclose(mean * SMALL_IQN["num_quantiles"], summed, rtol=1e-6)
+    # The scale is an array: one compiled program for both scales.
     noisy = small("IQN", env, noisy=True, dueling=True)
-    a, b = loss(noisy, jr.key(1)), loss(noisy, jr.key(2))
-    assert a != b and a == loss(noisy, jr.key(1))
-    assert loss(noisy, jr.key(1), 0.5) != a  # the draw scales with sigma
+    one, half = jnp.float32(1.0), jnp.float32(0.5)
+    a, b = loss(noisy, jr.key(1), one), loss(noisy, jr.key(2), one)
+    assert a != b and a == loss(noisy, jr.key(1), one)
+    assert loss(noisy, jr.key(1), half) != a  # the draw scales with sigma
     with pytest.raises((ValueError, TypeError), match="quantile_loss"):
         small("IQN", env, quantile_loss="median")
     with pytest.raises(ValueError, match="noisy"):
