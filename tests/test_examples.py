@@ -94,9 +94,10 @@ def flags(name: str) -> list[str]:
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_help_lists_the_flags(name, monkeypatch, capsys):
     if name in NEEDS_EXTRA:
-        stdout = sys.stdout
+        streams = sys.stdout, sys.stderr
         pytest.importorskip(NEEDS_EXTRA[name])
-        sys.stdout = stdout  # importing jaxmarl points it back at the terminal
+        # With brax installed, importing jaxmarl resets both to the terminal's.
+        sys.stdout, sys.stderr = streams
         capsys.readouterr()  # what importing it printed (MuJoCo's, under brax)
     code, output = run_help(name, monkeypatch, capsys)
     assert code == 0 and output.startswith("usage:"), output

@@ -3,7 +3,11 @@ environments (stacked agents, masks from available actions, termination vs
 truncation by the time limit, refusals naming the agents or space)."""
 
 import contextlib
+import re
+import runpy
+import sys
 import warnings
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -12,8 +16,6 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-
-import eqxrl
 
 with warnings.catch_warnings():
     # JaxMARL imports jaxopt, which warns on import that it is unmaintained.
@@ -42,7 +44,6 @@ from eqxrl.envs import (  # noqa: E402
     from_jaxmarl,
     num_agents_of,
 )
-from eqxrl.multiagent import Independent  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -322,37 +323,19 @@ def test_unsupported_spaces_and_wrappers_are_refused():
 # Independent PPO learns
 
 
-class RandomPolicy(eqxrl.nn.AbstractPolicy):
-    """Every agent picks one of MPE's 5 actions uniformly."""
-
-    def __call__(self, observation, key, action_mask=None):
-        return jr.randint(key, (3,), 0, 5, jnp.int32)
-
-
 @pytest.mark.slow
-def test_independent_ppo_learns_simple_spread():
-    """IPPO (one actor-critic per agent, `eqxrl.multiagent.Independent(PPO)`) on
-    MPE simple spread: within 102,400 steps the team's return over the last 20
-    iterations rises above a random policy's by 8 on at least 3 of 4 seeds (vmapped,
-    one program); a random team scores about -84 per episode."""
-    env = from_jaxmarl("MPE_simple_spread_v3")
-    ppo = eqxrl.PPO(
-        env=env,
-        num_envs=16,
-        num_steps=32,
-        total_timesteps=102_400,
-        learning_rate=1e-3,
-        ent_coef=0.01,
-        max_grad_norm=0.5,
-    )
-    learners = Independent(ppo)
+def test_independent_ppo_example_learns_simple_spread(monkeypatch, capsys):
+    """`examples/jaxmarl_ippo.py` at its defaults (IPPO, one actor-critic per agent,
+    4 vmapped seeds of 102,400 steps on MPE simple spread): the team's return over
+    the last 20 iterations rises above the random policy's by 8 on at least 3 of 4
+    seeds; a random team scores about -84 per episode."""
+    example = Path(__file__).parent.parent / "examples" / "jaxmarl_ippo.py"
+    monkeypatch.setattr(sys, "argv", [str(example)])
     with jax.numpy_dtype_promotion("standard"):  # optax's Adam
-        _, metrics = eqx.filter_jit(eqx.filter_vmap(learners.train))(
-            jr.split(jr.key(0), 4)
-        )
-    random = eqxrl.training.evaluate(
-        RandomPolicy(), env, jr.key(1), num_episodes=256
-    ).summary()["return_mean"]
-    learned = np.nanmean(np.asarray(metrics["total_episode_return"])[:, -20:], axis=1)
-    assert -100 < random < -60, random
-    assert np.sum(learned > random + 8) >= 3, (learned, random)
+        runpy.run_path(str(example), run_name="__main__")
+    output = capsys.readouterr().out
+    (random,) = re.findall(r"random policy: team return (-?[0-9.]+)", output)
+    learned = re.findall(r"-> (-?[0-9.]+) \(last 20\)", output)
+    random, learned = float(random), np.array(learned, float)
+    assert -100 < random < -60, output
+    assert len(learned) == 4 and np.sum(learned > random + 8) >= 3, output

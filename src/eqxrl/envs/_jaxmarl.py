@@ -7,6 +7,7 @@ environment is converted (install `eqxrl[jaxmarl]`).
 
 import contextlib
 import numbers
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -31,6 +32,10 @@ _ALL = "__all__"
 
 
 def _jaxmarl() -> ModuleType:
+    # With brax installed, importing jaxmarl (its MABrax module) sets sys.stdout and
+    # sys.stderr to the process's original streams, undoing any redirection the
+    # caller had (a notebook's, pytest's): they are put back.
+    streams = sys.stdout, sys.stderr
     try:
         with warnings.catch_warnings():
             # JaxMARL imports jaxopt, which warns on import that it is no longer
@@ -45,6 +50,8 @@ def _jaxmarl() -> ModuleType:
         raise ImportError(
             "from_jaxmarl needs jaxmarl: `pip install 'eqxrl[jaxmarl]'`."
         ) from None
+    finally:
+        sys.stdout, sys.stderr = streams
     return jaxmarl
 
 

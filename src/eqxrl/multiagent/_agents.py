@@ -71,12 +71,20 @@ def with_agent_index(
     return jnp.concatenate([jnp.ravel(observation).astype(jnp.float32), one_hot])
 
 
+def every_agent_with_index(
+    observation: Float[Array, "num_agents ..."], num_agents: int
+) -> Float[Array, "num_agents features"]:
+    """`with_agent_index` for every agent of one world."""
+    agents = jnp.arange(num_agents, dtype=jnp.int32)
+    return jax.vmap(lambda o, a: with_agent_index(o, a, num_agents))(
+        observation, agents
+    )
+
+
 def _all_with_agent_index(
     observations: Float[Array, "num_envs num_agents ..."], num_agents: int
 ) -> Float[Array, "num_envs_agents features"]:
-    agents = jnp.arange(num_agents, dtype=jnp.int32)
-    per_world = jax.vmap(lambda o, a: with_agent_index(o, a, num_agents))
-    augmented = jax.vmap(lambda o: per_world(o, agents))(observations)
+    augmented = jax.vmap(lambda o: every_agent_with_index(o, num_agents))(observations)
     return augmented.reshape(-1, augmented.shape[-1])
 
 

@@ -31,8 +31,8 @@ from ..nn import AbstractPolicy
 from ._agents import (
     SharedObservations,
     agent_major,
+    every_agent_with_index,
     flat_with_agent_index,
-    with_agent_index,
 )
 from ._policy import IndependentPolicy, SharedPolicy
 
@@ -59,6 +59,15 @@ class IndependentState(eqx.Module):
     env_state: PyTree
     key: PRNGKeyArray
     iteration: Int[Array, ""]
+
+
+def _episode_ends(timestep: TimeStep) -> dict[str, Array]:
+    """What the episode metrics need of a step of every world."""
+    return {
+        "done": timestep.terminated | timestep.truncated,
+        "episode_return": timestep.extras["episode_return"],
+        "episode_length": timestep.extras["episode_length"],
+    }
 
 
 def _buffer_axes(buffer: ReplayBuffer, axis: int | None) -> ReplayBuffer:
@@ -196,10 +205,6 @@ class Independent(AbstractAlgorithm[IndependentState]):
         return self.algorithm.steps_per_iteration
 
     @property
-    def _policy_gradient(self) -> bool:
-        return isinstance(self.algorithm, PPO)
-
-    @property
     def num_iterations(self) -> int:
         return self.algorithm.num_iterations
 
@@ -332,7 +337,7 @@ class Independent(AbstractAlgorithm[IndependentState]):
 
         `(state, metrics)`; see the class for the metrics.
         """
-        if self._policy_gradient:
+        if isinstance(self.algorithm, PPO):
             return self._policy_gradient_iteration(state)
         return self._value_based_iteration(state)
 
@@ -413,11 +418,7 @@ class Independent(AbstractAlgorithm[IndependentState]):
             env_state, timestep = step_worlds(env_state, joint, step_keys)
             next_views = self._views(timestep)
             buffer, statistics = store(buffer, views, action, next_views)
-            episode = {
-                "done": timestep.terminated | timestep.truncated,
-                "episode_return": timestep.extras["episode_return"],
-                "episode_length": timestep.extras["episode_length"],
-            }
+            episode = _episode_ends(timestep)
             invalid = statistics.get("invalid_action")
             return (env_state, next_views, buffer), (episode, invalid)
 
@@ -536,9 +537,7 @@ class Independent(AbstractAlgorithm[IndependentState]):
             # Each agent's value of its own final observation where the episode
             # was truncated (PPO's bootstrap), for one world.
             if shared:
-                views = jax.vmap(lambda o, a: with_agent_index(o, a, num_agents))(
-                    final.observation, jnp.arange(num_agents, dtype=jnp.int32)
-                )
+                views = every_agent_with_index(final.observation, num_agents)
                 values = jax.vmap(models.value)(views)
             else:
                 values = eqx.filter_vmap(lambda m, o: m.value(o))(
@@ -563,12 +562,11 @@ class Independent(AbstractAlgorithm[IndependentState]):
             timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
             next_views = self._views(timestep)
             transition = record(views, stored_action, log_prob, value, next_views)
-            episode = {
-                "done": timestep.terminated | timestep.truncated,
-                "episode_return": timestep.extras["episode_return"],
-                "episode_length": timestep.extras["episode_length"],
-            }
-            return (env_state, next_views), (transition, truncation, episode)
+            return (env_state, next_views), (
+                transition,
+                truncation,
+                _episode_ends(timestep),
+            )
 
         one_model = (
             models
@@ -596,16 +594,14 @@ class Independent(AbstractAlgorithm[IndependentState]):
 
         # Episodes are the worlds' (learn's are each agent's view of them).
         metrics.update(self._episode_metrics(episode))
-        if "invalid_action_count" in metrics:
+        if shared and "invalid_action_count" in metrics:
+            # Per agent, as independent learners count them (learn's is the total).
             valid = jnp.take_along_axis(
                 transitions.action_mask, transitions.action[..., None], axis=-1
             )[..., 0]
-            if shared:  # [steps, worlds * agents]
-                invalid = ~valid.reshape(num_steps, num_envs, num_agents)
-                count = jnp.sum(invalid, axis=(0, 1))
-            else:  # [agents, steps, worlds]
-                count = jnp.sum(~valid, axis=(1, 2))
-            metrics["invalid_action_count"] = count.astype(jnp.int32)
+            invalid = ~valid.reshape(num_steps, num_envs, num_agents)
+            count = jnp.sum(invalid, axis=(0, 1)).astype(jnp.int32)
+            metrics["invalid_action_count"] = count
         state = IndependentState(
             learners=learners,
             env_state=env_state,
