@@ -92,6 +92,15 @@ def sorrel(options) -> None:
         f"1000 epochs), {SORREL_SECONDS / per_1000:.1f}x faster than Sorrel's "
         f"{SORREL_SECONDS:.0f} s"
     )
+    # What one world can reach here: the experiment's arithmetic against this
+    # machine's matrix product speed.
+    total_flops = sorrel_flops(learners) * 1000
+    print(
+        f"sorrel arithmetic: XLA counts {total_flops / 1e12:.2f} TFLOP per 1000 "
+        f"epochs; this run sustained {total_flops / per_1000 / 1e9:.0f} GFLOP/s, 50x "
+        f"Sorrel needs {total_flops * 50 / SORREL_SECONDS / 1e9:.0f} GFLOP/s, a "
+        f"2048x2048 matrix product here runs at {matmul_gflops():.0f} GFLOP/s"
+    )
     keys = jax.random.split(jax.random.key(2026), options.seeds)
     if options.seeds == 1:  # the program timed above
         (_, metrics), seconds = timed(compiled, keys[0])
@@ -201,6 +210,87 @@ def scaling(options) -> None:
             )
 
 
+def agent_view(timestep, i):
+    """Agent `i`'s view of a stacked multi-agent timestep: what a single-agent
+    learner of `Independent` sees."""
+    observation = timestep.observation[:, i]
+    final = timestep.extras["final_observation"][:, i]
+    extras = {**timestep.extras, "final_observation": final}
+    extras["episode_return"] = timestep.extras["episode_return"][:, i]
+    return eqx.tree_at(
+        lambda t: (t.observation, t.reward, t.extras),
+        timestep,
+        (observation, timestep.reward[:, i], extras),
+    )
+
+
+def separate_learners(learners):
+    """`learners` (an `Independent`) taken apart: the worlds reset by a jitted
+    function of their own and one eqxrl learner state per agent. Returns
+    `(env, env_state, timestep, view, agents)`."""
+    learner = learners.algorithm
+    num_agents, num_worlds = learners.num_agents, learners.num_envs
+    env = learner.training_env
+    keys = jax.random.split(jax.random.key(0), num_agents + 1)
+    reset = eqx.filter_jit(lambda keys: jax.vmap(env.reset)(keys))
+    env_state, timestep = reset(jax.random.split(keys[0], num_worlds))
+    view = eqx.filter_jit(agent_view, donate="none")
+    init = eqx.filter_jit(learner.init_learner)
+    agents = [init(keys[i + 1], view(timestep, i)) for i in range(num_agents)]
+    return env, env_state, timestep, view, agents
+
+
+def program_flops(function, *args) -> float:
+    """The floating-point operations XLA counts in `function(*args)` (no loops
+    inside: a loop body would be counted once)."""
+    lowered = eqx.filter_jit(function).lower(*args).lowered
+    analysis = lowered.compile().cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    return float(analysis["flops"])
+
+
+def matmul_gflops(size: int = 2048) -> float:
+    """This machine's float32 matrix product speed, GFLOP/s (best of 5)."""
+    a = jnp.ones((size, size), jnp.float32)
+    product = jax.jit(lambda a: a @ a)
+    product(a).block_until_ready()
+    best = min(timed(product, a)[1] for _ in range(5))
+    return 2 * size**3 / best / 1e9
+
+
+def sorrel_flops(learners) -> float:
+    """The network FLOPs of one epoch of Sorrel's experiment, as XLA counts them:
+    every agent acts once per turn and makes one gradient step per epoch."""
+    learner = learners.algorithm
+    _, _, _, _, agents = separate_learners(learners)
+    agent, num_worlds = agents[0], learners.num_envs
+    key = jax.random.key(0)
+    # The keys and uniform draws are arguments: as constants, XLA would fold the
+    # epsilon-greedy choice and drop the network.
+    act_keys = jax.random.split(key, num_worlds)
+    uniform = jnp.ones((num_worlds,))
+
+    def learn(network, target, optimizer_state, buffer, num_updates):
+        learning = jnp.bool_(True)
+        return learner.learn(
+            network, target, optimizer_state, buffer, learning, num_updates, key, key
+        )
+
+    act_flops = program_flops(
+        learner.act, agent.network, agent.timestep, jnp.int32(0), act_keys, uniform
+    )
+    learn_flops = program_flops(
+        learn,
+        agent.network,
+        agent.target_network,
+        agent.optimizer_state,
+        agent.buffer,
+        agent.num_updates,
+    )
+    turns = learner.train_frequency
+    return learners.num_agents * (turns * act_flops + learn_flops)
+
+
 def python_loop(learners, iterations: int):
     """`iterations` iterations of `learners` (an `Independent`) run as a Python loop
     over its agents: one eqxrl learner per agent, each with its own jitted
@@ -209,25 +299,7 @@ def python_loop(learners, iterations: int):
     learner = learners.algorithm
     num_agents, num_worlds = learners.num_agents, learners.num_envs
     steps = learner.train_frequency
-    env = learner.training_env
-    keys = jax.random.split(jax.random.key(0), num_agents + 1)
-    reset = eqx.filter_jit(lambda keys: jax.vmap(env.reset)(keys))
-    env_state, timestep = reset(jax.random.split(keys[0], num_worlds))
-
-    def agent_view(timestep, i):
-        observation = timestep.observation[:, i]
-        final = timestep.extras["final_observation"][:, i]
-        extras = {**timestep.extras, "final_observation": final}
-        extras["episode_return"] = timestep.extras["episode_return"][:, i]
-        return eqx.tree_at(
-            lambda t: (t.observation, t.reward, t.extras),
-            timestep,
-            (observation, timestep.reward[:, i], extras),
-        )
-
-    view = eqx.filter_jit(agent_view, donate="none")
-    init = eqx.filter_jit(learner.init_learner)
-    agents = [init(keys[i + 1], view(timestep, i)) for i in range(num_agents)]
+    env, env_state, timestep, view, agents = separate_learners(learners)
     act = eqx.filter_jit(learner.act)
     store = eqx.filter_jit(learner.store)
     learn = eqx.filter_jit(learner.learn)

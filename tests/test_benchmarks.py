@@ -133,6 +133,9 @@ SMOKE_RUNS = {
         [
             rf"sorrel experiment: .* run {NUMBER} s \({NUMBER} s per 1000 epochs\), "
             rf"{NUMBER}x faster",
+            rf"sorrel arithmetic: XLA counts {NUMBER} TFLOP per 1000 epochs; this run "
+            rf"sustained {NUMBER} GFLOP/s, 50x Sorrel needs {NUMBER} GFLOP/s, a "
+            rf"2048x2048 matrix product here runs at {NUMBER} GFLOP/s",
             rf"sorrel learning curve: 1 seed\(s\) vmapped, compile {NUMBER} s, run "
             rf"{NUMBER} s",
             rf"^\s*1\s+2\s+{NUMBER}\s+{NUMBER}$",  # agent-steps/s, compile s
@@ -232,3 +235,8 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, capsys):
             figures(pattern, output) for pattern in patterns
         )
         assert uint8_rollout < float32_rollout
+    if script == "multiagent.py":
+        # Sorrel's networks at Sorrel's sizes, whatever the run's length: acting
+        # about 2.1 MFLOP per agent and turn, an update about 0.7 GFLOP per agent.
+        tera_flops = figures(patterns[1], output)[0]
+        assert 1.6 < tera_flops < 2.1, output
