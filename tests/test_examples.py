@@ -4,7 +4,6 @@ that `eqxrl.load_policy` and `eqxrl eval` open), and answer `--help` in the venv
 
 import re
 import runpy
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -15,6 +14,9 @@ import pytest
 
 import eqxrl
 from eqxrl.training import main as eqxrl_main
+
+# The examples are user code: standard dtype promotion (optax's Adam).
+STANDARD_DTYPE_PROMOTION = True
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -43,15 +45,13 @@ OUTSIDE_TRAINING_EXTRA = (
 NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
-def run_example(name: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+def run_example(name: str, *args: str, monkeypatch, capsys) -> str:
+    """`python examples/NAME ARGS...`, in this process (it shares the test
+    process's import of JAX and eqxrl): what it printed."""
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), *args])
+    capsys.readouterr()
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    return capsys.readouterr().out
 
 
 def numbers(pattern: str, output: str) -> list[float]:
@@ -135,11 +135,15 @@ def test_training_extra_has_every_backend_of_the_training_driver():
 
 
 @pytest.mark.slow
-def test_cartpole_example_learns_and_writes_a_loadable_policy(tmp_path, capsys):
+def test_cartpole_example_learns_and_writes_a_loadable_policy(
+    tmp_path, monkeypatch, capsys
+):
     output = run_example(
         "cartpole_ppo.py",
         *("--out", str(tmp_path), "--total-timesteps", "16384"),
         *("--learning-rate", "1e-3"),
+        monkeypatch=monkeypatch,
+        capsys=capsys,
     )
     # A random policy lasts about 22 steps; 32 iterations reach over 300.
     (final,) = numbers(
@@ -159,8 +163,16 @@ def test_cartpole_example_learns_and_writes_a_loadable_policy(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_masked_example_takes_no_invalid_action_and_reaches_the_goal():
-    output = run_example("masked_ppo.py", "--total-timesteps", "8192")
+def test_masked_example_takes_no_invalid_action_and_reaches_the_goal(
+    monkeypatch, capsys
+):
+    output = run_example(
+        "masked_ppo.py",
+        "--total-timesteps",
+        "8192",
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
     assert "invalid actions taken: 0" in output
     first, last = numbers(rf"episode length: first {NUMBER}, last 5 {NUMBER}", output)
     assert last < first, output
@@ -170,8 +182,16 @@ def test_masked_example_takes_no_invalid_action_and_reaches_the_goal():
 
 
 @pytest.mark.slow
-def test_pendulum_example_prints_curve():
-    output = run_example("pendulum_ppo.py", "--total-timesteps", "8192", "--seeds", "1")
+def test_pendulum_example_prints_curve(monkeypatch, capsys):
+    output = run_example(
+        "pendulum_ppo.py",
+        "--total-timesteps",
+        "8192",
+        "--seeds",
+        "1",
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
     # Pendulum's return per 200-step episode lies in [-16.3 * 200, 0].
     curve = re.findall(rf"^\s*[\d,]+ steps: return\s+{NUMBER}$", output, re.MULTILINE)
     assert len(curve) == 2, output  # 8192 // (16 envs x 256 steps) iterations
@@ -183,11 +203,15 @@ def test_pendulum_example_prints_curve():
 
 
 @pytest.mark.slow
-def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(tmp_path, capsys):
+def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(
+    tmp_path, monkeypatch, capsys
+):
     output = run_example(
         "snake_ppo.py",
         *("--out", str(tmp_path), "--size", "4", "--total-timesteps", "2048"),
         *("--num-envs", "16", "--eval-games", "8", "--gif-steps", "10"),
+        monkeypatch=monkeypatch,
+        capsys=capsys,
     )
     assert "steps/s" in output
     # Food eaten per game, on a 4x4 board (at most 15).
