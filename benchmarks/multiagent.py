@@ -7,11 +7,13 @@ Parts (`--parts`, default all); compile time is reported apart from run time:
 - `sorrel`: Sorrel 1.6.0's `treasurehunt` experiment, its agents' IQN settings
   (`eqxrl.multiagent.sorrel_iqn`): 2 agents, 1000 epochs of 100 turns in one
   world. The wall time of one seed (the whole run, one compiled program) against
-  Sorrel's 332 s (target: at least 50x faster), then `--seeds` seeds (vmapped,
-  one program) for the learning curve: the total reward per epoch (both agents)
-  over the first 10 and the last 100 epochs (Sorrel: about 10, then 37; target:
-  the mean over seeds of the last 100 epochs at least 37). `--curve FILE` writes
-  the curve (mean and range over seeds, 20-epoch trailing mean) as a PNG.
+  Sorrel's 332 s (target: at least 50x faster), with the experiment's FLOPs as
+  XLA counts them against this machine's matrix product speed (what one world
+  can reach here), then `--seeds` seeds (vmapped, one program) for the learning
+  curve: the total reward per epoch (both agents) over the first 10 and the last
+  100 epochs (Sorrel: about 10, then 37; target: the mean over seeds of the last
+  100 epochs at least 37). `--curve FILE` writes the curve (mean and range over
+  seeds, 20-epoch trailing mean) as a PNG.
 - `scaling`: agent-steps per second (world steps x agents, acting, storing and
   each agent's gradient step per iteration included) of Sorrel's learners for
   1, 64 and 1024 worlds (`--worlds`) and 2, 5, 10, 20 agents (`--agents`), each
