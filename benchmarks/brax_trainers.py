@@ -6,9 +6,9 @@ For each Brax environment (`--envs`, default `inverted_pendulum`,
 - Brax: `brax.training.agents.ppo.train` / `brax.training.agents.sac.train` with
   Brax's hyperparameters (table `SETTINGS` below) at a small budget (`BUDGETS`:
   `num_timesteps` and `num_evals`), `deterministic_eval=True`;
-- eqxrl: `eqxrl.PPO.from_brax_hyperparameters(from_brax(env), **the same)` (the
-  Brax-to-eqxrl table of `docs/continuous-control.md`), and for SAC `eqxrl.SAC` with
-  the same numbers translated by `eqxrl_sac` below.
+- eqxrl: `eqxrl.PPO.from_brax_hyperparameters(from_brax(env), **the same)` and
+  `eqxrl.SAC.from_brax_hyperparameters(...)` (the Brax-to-eqxrl tables of
+  `docs/continuous-control.md`).
 
 Both train on the same Brax environment object (eqxrl through
 `eqxrl.envs.from_brax`), backend `--backend` (default `spring`: Brax's fastest
@@ -32,7 +32,8 @@ Timing, compile time apart:
   compiles (PPO's training epoch compiles twice: at its first call and again at
   its second, on the donated outputs; SAC's once, with its replay prefill), so
   steps/s = the environment steps of epochs 3.. / their time, and Brax's compile
-  time is estimated as the time of epochs 1-2 minus their steps at that rate.
+  time is estimated as the time of epochs 1-2 minus their training steps at that
+  rate (for SAC the time includes the prefill's compile and run).
   Every budget has `num_evals >= 4` (three epochs or more).
 
 Final returns: each run's final policy, deterministic (the tanh of the mean), over
@@ -44,11 +45,7 @@ deviation over the rounds (one seed per round).
 What does not translate (printed with the results): Brax's PPO computes GAE per
 `unroll_length` window with the current value network in every minibatch and masks
 truncated steps, eqxrl's over the whole rollout with the pre-update values,
-bootstrapping through truncation; eqxrl's SAC has no observation normalization
-(the published SAC settings normalize) and no reward scaling (a `ScaleReward`
-wrapper below scales the training rewards instead), tunes the temperature with
-`learning_rate` (Brax: 3e-4) and draws its warm-up actions uniformly (Brax: from the
-initial policy).
+bootstrapping through truncation; for SAC see `SAC_GAPS` below.
 
 Needs Brax and JAX < 0.9 (Brax's trainers call `jax.device_put_replicated`): the
 `.venv-brax` venv. Run from the repository root:
@@ -65,9 +62,7 @@ import time
 import warnings
 from typing import Any
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
@@ -80,7 +75,7 @@ except ImportError:
     ) from None
 
 import eqxrl
-from eqxrl.envs import AbstractEnvironment, AbstractWrapper, TimeLimit, from_brax
+from eqxrl.envs import AbstractEnvironment, TimeLimit, from_brax
 
 # Brax's published settings: its training notebook (`notebooks/training.ipynb`),
 # whose inverted_double_pendulum and ant PPO rows differ from inverted_pendulum's
@@ -149,70 +144,14 @@ QUICK: dict[str, dict[str, Any]] = {
         max_replay_size=1024,
     ),
 }
-
-# `brax.training.agents.sac.train`'s defaults (Brax 0.14) for what is translated.
-BRAX_SAC_DEFAULTS: dict[str, Any] = dict(
-    num_envs=1, learning_rate=1e-4, discounting=0.9, batch_size=256, num_evals=1,
-    normalize_observations=False, reward_scaling=1.0, tau=0.005, min_replay_size=0,
-    max_replay_size=None, grad_updates_per_step=1, action_repeat=1,
-)
 # fmt: on
 
-
-class ScaleReward(AbstractWrapper):
-    """Rewards multiplied by `scale` (Brax SAC's `reward_scaling`, which
-    `eqxrl.SAC` does not have). Evaluation uses the environment without it."""
-
-    env: AbstractEnvironment
-    scale: float = eqx.field(static=True)
-
-    def reset(self, key):
-        return self.env.reset(key)
-
-    def step(self, state, action, key):
-        state, timestep = self.env.step(state, action, key)
-        reward = timestep.reward * jnp.float32(self.scale)
-        return state, eqx.tree_at(lambda t: t.reward, timestep, reward)
-
-
-def eqxrl_sac(brax_env: Any, settings: dict[str, Any]) -> tuple[eqxrl.SAC, str]:
-    """`eqxrl.SAC` running Brax's `sac.train(brax_env, **settings)`: the same
-    environment steps (Brax's prefill of `min_replay_size` steps, then its epochs
-    rounded up to whole training steps), updates per step, batch size, discount,
-    step size, Polyak `tau`, initial temperature 1 and target entropy
-    `-action_size / 2`, 256x256 ReLU networks. Also returns what is not translated."""
-    b = {**BRAX_SAC_DEFAULTS, **settings}
-    if b["action_repeat"] != 1:
-        raise ValueError("eqxrl_sac: only action_repeat=1 is translated")
-    num_envs = b["num_envs"]
-    prefill = -(-b["min_replay_size"] // num_envs) * num_envs
-    epochs = max(b["num_evals"] - 1, 1)
-    steps_per_epoch = -(-(b["num_timesteps"] - prefill) // (epochs * num_envs))
-    total_timesteps = prefill + epochs * steps_per_epoch * num_envs
-    env = TimeLimit(from_brax(brax_env), b["episode_length"])
-    if b["reward_scaling"] != 1:
-        env = ScaleReward(env, float(b["reward_scaling"]))
-    sac = eqxrl.SAC(
-        env=env,
-        num_envs=num_envs,
-        total_timesteps=total_timesteps,
-        buffer_size=b["max_replay_size"] or b["num_timesteps"],
-        learning_starts=max(prefill, b["batch_size"]),
-        train_frequency=1,
-        gradient_steps=b["grad_updates_per_step"],
-        batch_size=b["batch_size"],
-        tau=b["tau"],
-        gamma=b["discounting"],
-        learning_rate=b["learning_rate"],
-        alpha=1.0,
-        autotune_alpha=True,
-        target_entropy=-0.5 * brax_env.action_size,
-        hidden_sizes=(256, 256),
-    )
-    gaps = "temperature step size = learning_rate (Brax: 3e-4)"
-    if b["normalize_observations"]:
-        gaps += "; normalize_observations not translated (eqxrl.SAC has none)"
-    return sac, gaps
+# What eqxrl's SAC does differently from Brax's with the same settings.
+SAC_GAPS = (
+    "warm-up (prefill) actions uniform (Brax: its initial policy); the actor's "
+    "scale exp(log std) with log std in [-5, 2] (Brax: softplus + 0.001); truncated "
+    "steps bootstrap (Brax drops them from the critic loss)"
+)
 
 
 def brax_run(algo: str, brax_env: Any, settings: dict[str, Any], seed: int) -> dict:
@@ -235,10 +174,17 @@ def brax_run(algo: str, brax_env: Any, settings: dict[str, Any], seed: int) -> d
         raise ValueError("Brax's rate is measured from its third epoch: num_evals >= 4")
     (compiled_steps, compiled_time), (last_steps, last_time) = epochs[1], epochs[-1]
     rate = (last_steps - compiled_steps) / (last_time - compiled_time)
+    # SAC's walltime and steps include its prefill, which runs no updates: its
+    # steps are not at the training rate (its compile and run count as compile).
+    prefill = 0
+    if algo == "sac":
+        num_envs = settings["num_envs"]
+        prefill = -(-settings.get("min_replay_size", 0) // num_envs) * num_envs
+    trained_steps = compiled_steps - prefill
     return dict(
         steps=last_steps,
         steps_per_second=rate,
-        compile_seconds=max(compiled_time - compiled_steps / rate, 0.0),
+        compile_seconds=max(compiled_time - trained_steps / rate, 0.0),
         final_return=float(metrics["eval/episode_reward"]),
     )
 
@@ -295,7 +241,8 @@ def compare(args, algo: str, env_name: str) -> dict:
         algorithm = eqxrl.PPO.from_brax_hyperparameters(from_brax(brax_env), **settings)
         gaps = "GAE: whole rollout, pre-update values, bootstraps through truncation"
     else:
-        algorithm, gaps = eqxrl_sac(brax_env, settings)
+        algorithm = eqxrl.SAC.from_brax_hyperparameters(from_brax(brax_env), **settings)
+        gaps = SAC_GAPS
     eval_env = TimeLimit(from_brax(brax_env), settings["episode_length"])
     runner = EqxrlRunner(algorithm, eval_env, args.eval_episodes)
     print(

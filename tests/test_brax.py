@@ -567,6 +567,70 @@ def test_brax_hyperparameters_left_out_take_brax_defaults(pendulum):
     assert implicit.squash_actions and implicit.std_parameterization == "softplus"
 
 
+def test_brax_sac_hyperparameters_left_out_take_brax_defaults(pendulum):
+    """The SAC translation's copy of Brax's defaults matches the installed Brax's
+    `sac.train` and `make_sac_networks`, and so does its temperature."""
+    import inspect
+
+    from brax.training.agents.sac import (
+        losses as brax_losses,
+        networks as brax_networks,
+        train as brax_sac,
+    )
+
+    from eqxrl.algorithms import SAC
+
+    train_defaults = inspect.signature(brax_sac.train).parameters
+    translated = (
+        "num_envs", "action_repeat", "learning_rate", "discounting", "batch_size",
+        "num_evals", "normalize_observations", "reward_scaling", "tau",
+        "min_replay_size", "max_replay_size", "grad_updates_per_step",
+    )  # fmt: skip
+    defaults = {name: train_defaults[name].default for name in translated}
+    network_defaults = inspect.signature(brax_networks.make_sac_networks).parameters
+    defaults["hidden_layer_sizes"] = network_defaults["hidden_layer_sizes"].default
+    env = from_brax(pendulum)
+    required = dict(num_timesteps=10_000, episode_length=100)
+    implicit = SAC.from_brax_hyperparameters(env, **required)
+    explicit = SAC.from_brax_hyperparameters(env, **required, **defaults)
+    assert eqx.tree_equal(implicit, explicit)
+    # Brax's temperature: its own Adam at 3e-4 and a target of -action_size / 2.
+    train_source = inspect.getsource(brax_sac.train)
+    assert "alpha_optimizer = optax.adam(learning_rate=3e-4)" in train_source
+    assert "target_entropy = -0.5 * action_size" in inspect.getsource(
+        brax_losses.make_losses
+    )
+    assert float(implicit.alpha_learning_rate) == pytest.approx(3e-4)
+    assert float(implicit.effective_target_entropy) == -0.5 * pendulum.action_size
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:jax.device_put_replicated:DeprecationWarning")
+def test_translated_sac_runs_the_environment_steps_brax_runs():
+    if not hasattr(jax, "device_put_replicated"):
+        pytest.skip(f"Brax's trainers need jax<0.9, JAX {jax.__version__} installed.")
+    from brax.training.agents.sac import train as brax_sac
+
+    brax_env = brax.envs.get_environment("inverted_pendulum", backend="spring")
+    settings = dict(
+        num_timesteps=200, num_evals=3, episode_length=20, num_envs=8,
+        batch_size=16, grad_updates_per_step=2, min_replay_size=20,
+        max_replay_size=512, num_eval_envs=4,
+    )  # fmt: skip
+    steps = []
+    with jax.numpy_rank_promotion("allow"):
+        sac = eqxrl.SAC.from_brax_hyperparameters(from_brax(brax_env), **settings)
+        brax_sac.train(
+            environment=brax_env,
+            progress_fn=lambda step, metrics: steps.append(step),
+            **settings,
+        )
+    # A prefill of 3 steps of 8 environments (24 >= 20), then 2 epochs of
+    # ceil((200 - 24) / 16) = 11 training steps of 8 environment steps.
+    assert steps[-1] == sac.total_timesteps == 24 + 2 * 11 * 8
+    assert sac.learning_starts == 24 + 8
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:jax.device_put_replicated:DeprecationWarning")
 def test_translated_ppo_runs_the_environment_steps_brax_runs():

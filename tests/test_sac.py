@@ -211,7 +211,10 @@ def test_truncated_steps_store_the_final_observation():
     env = eqxrl.envs.TimeLimit(eqxrl.envs.make("Pendulum-v1").env, 5)
     sac = eqxrl.SAC(env=env, **{**SMALL, "num_envs": 2, "train_frequency": 12})
     state = sac.init(jr.key(0))
-    _, _, buffer, _ = eqx.filter_jit(sac._collect)(state, *jr.split(jr.key(1), 3))
+    _, _, buffer, statistics, _ = eqx.filter_jit(sac._collect)(
+        state, *jr.split(jr.key(1), 3)
+    )
+    assert statistics is None  # no normalize_observations
     data = buffer.transitions
     truncated = np.asarray(data.truncated)[:12]
     assert truncated[[4, 9]].all() and truncated.sum() == 4
@@ -225,6 +228,57 @@ def test_truncated_steps_store_the_final_observation():
     # Actions are stored in (-1, 1), before rescaling to Pendulum's [-2, 2].
     actions = np.asarray(data.action)[:12]
     assert (np.abs(actions) < 1.0).all() and np.abs(actions).max() > 0.5
+
+
+def test_reward_scale_multiplies_the_reward_in_the_target(env):
+    sac, scaled = small(env), small(env, reward_scale=10.0)
+    actor, critic = eqx.filter_jit(sac.make_networks)(jr.key(0))
+    state = eqx.filter_jit(sac.init)(jr.key(1))
+    _, _, buffer, _, _ = eqx.filter_jit(sac._collect)(state, *jr.split(jr.key(2), 3))
+    batch = buffer.gather(jnp.arange(8, dtype=jnp.int32), gamma=0.99)
+    noise = jr.normal(jr.key(3), (8, 1))
+    log_alpha = jnp.float32(0.0)
+    target = eqx.filter_jit(
+        lambda s: s.critic_target(actor, critic, log_alpha, batch, noise)
+    )
+    np.testing.assert_allclose(
+        target(scaled) - target(sac), 9.0 * np.asarray(batch.reward), rtol=1e-4
+    )
+    assert np.abs(np.asarray(batch.reward)).max() > 0.1  # Pendulum's costs
+    with pytest.raises(ValueError, match="reward_scale"):
+        small(env, reward_scale=-1.0)
+
+
+def test_observation_normalization_statistics_and_policy(env):
+    # 10 iterations of 4 envs x 2 steps: every collected observation is in the
+    # buffer (raw) and in the statistics; the policy normalizes what it is given.
+    sac = small(env, normalize_observations=True)
+    state, _ = eqx.filter_jit(sac.train)(jr.key(0))
+    statistics = state.observation_statistics
+    raw = np.asarray(state.buffer.transitions.observation)[:20].reshape(80, 3)
+    assert float(statistics.count) == pytest.approx(80.0, abs=1e-3)
+    np.testing.assert_allclose(statistics.mean, raw.mean(axis=0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(statistics.var, raw.var(axis=0), rtol=1e-3, atol=1e-5)
+    # Pendulum's angular velocity has a scale of its own: normalization matters.
+    assert float(statistics.var[2]) > 4 * float(statistics.var[0])
+    observation = jnp.array([0.3, -0.9, 4.0])
+    policy = sac.policy(state, deterministic=True)
+    normalized = (observation - statistics.mean) / jnp.sqrt(statistics.var + 1e-8)
+    expected = 2.0 * state.actor.mode(normalized)  # Pendulum's bounds are +-2
+    np.testing.assert_allclose(policy.act(observation, jr.key(0)), expected, rtol=1e-5)
+    assert not np.allclose(2.0 * state.actor.mode(observation), expected, atol=1e-3)
+    # Without it the state carries no statistics.
+    assert small(env).init(jr.key(0)).observation_statistics is None
+
+
+def test_temperature_has_its_own_step_size(env):
+    # Adam's first step moves a parameter by about its step size, whatever the
+    # gradient's scale: log(alpha) moves by alpha_learning_rate, not learning_rate.
+    sac = small(env, learning_rate=0.05, alpha_learning_rate=1e-4)
+    _, metrics = eqx.filter_jit(sac.train)(jr.key(0))
+    # Iteration 4 (index 3) runs the first 2 updates.
+    first_updates = abs(np.log(float(metrics["alpha"][3])))
+    assert 1e-4 < first_updates <= 2.1e-4, first_updates
 
 
 def test_temperature_moves_toward_the_target_entropy(env):
@@ -407,6 +461,85 @@ class UnboundedActions(eqxrl.envs.AbstractWrapper):
 
 
 # --------------------------------------------------------------------------------------
+# Brax's hyperparameters
+
+BRAX_HOPPER_SAC = dict(
+    num_timesteps=6_553_600, num_evals=20, reward_scaling=30, episode_length=1000,
+    normalize_observations=True, action_repeat=1, discounting=0.997,
+    learning_rate=6e-4, num_envs=128, batch_size=512, grad_updates_per_step=64,
+    max_devices_per_host=1, max_replay_size=1048576, min_replay_size=8192, seed=1,
+)  # fmt: skip
+
+
+def test_brax_hyperparameters_translate():
+    """Brax's published hopper settings go in unchanged. Brax prefills 8,192 steps
+    (64 steps of 128 environments), then runs 19 epochs of
+    ceil((6,553,600 - 8,192) / (19 * 128)) = 2,692 training steps, each one step
+    of every environment and 64 updates of 512 transitions."""
+    env = eqxrl.envs.Pendulum()
+    sac = eqxrl.SAC.from_brax_hyperparameters(env, **BRAX_HOPPER_SAC)
+    training_steps = 19 * 2_692
+    assert sac.total_timesteps == 8_192 + training_steps * 128
+    assert sac.num_envs == 128 and sac.train_frequency == 1
+    assert sac.num_iterations == 64 + training_steps
+    # Updates start at the first training step: 2,692 * 19 iterations with updates.
+    assert sac.learning_starts == 8_192 + 128
+    updating = [
+        (i + 1) * sac.steps_per_iteration >= sac.learning_starts
+        for i in range(sac.num_iterations)
+    ]
+    assert sum(updating) == training_steps
+    assert sac.gradient_steps == 64 and sac.batch_size == 512
+    assert sac.buffer_size == 1_048_576 and sac.hidden_sizes == (256, 256)
+    assert float(sac.gamma) == pytest.approx(0.997)
+    assert float(sac.learning_rate) == pytest.approx(6e-4)
+    assert float(sac.alpha_learning_rate) == pytest.approx(3e-4)
+    assert float(sac.tau) == pytest.approx(0.005) and float(sac.alpha) == 1.0
+    assert float(sac.reward_scale) == 30.0 and sac.normalize_observations
+    assert float(sac.effective_target_entropy) == -0.5  # -action_size / 2
+    assert isinstance(sac.env, eqxrl.envs.TimeLimit)
+    assert sac.env.max_episode_steps == 1000
+
+
+def test_brax_hyperparameters_refuse_what_does_not_translate():
+    env = eqxrl.envs.Pendulum()
+    with pytest.raises(ValueError, match="action_repeat=2"):
+        eqxrl.SAC.from_brax_hyperparameters(
+            env, **{**BRAX_HOPPER_SAC, "action_repeat": 2}
+        )
+    with pytest.raises(ValueError, match=r"\['grad_update_per_step'\]"):
+        eqxrl.SAC.from_brax_hyperparameters(
+            env, **BRAX_HOPPER_SAC, grad_update_per_step=4
+        )
+    with pytest.raises(ValueError, match="q_network_layer_norm=True"):
+        eqxrl.SAC.from_brax_hyperparameters(
+            env, **BRAX_HOPPER_SAC, q_network_layer_norm=True
+        )
+    with pytest.raises(ValueError, match="activation=.*ReLU"):
+        eqxrl.SAC.from_brax_hyperparameters(
+            env, **BRAX_HOPPER_SAC, activation=jax.nn.tanh
+        )
+    with pytest.raises(ValueError, match="runs no training step"):
+        eqxrl.SAC.from_brax_hyperparameters(
+            env, **{**BRAX_HOPPER_SAC, "num_timesteps": 8_192}
+        )
+    with pytest.raises(ValueError, match="time limit of 200 steps"):
+        eqxrl.SAC.from_brax_hyperparameters(
+            eqxrl.envs.make("Pendulum-v1"), **BRAX_HOPPER_SAC
+        )
+    with pytest.raises(ValueError, match="episode_length is required"):
+        eqxrl.SAC.from_brax_hyperparameters(env, num_timesteps=1_000)
+    # Brax's defaults where arguments are left out; the network's width changes.
+    sac = eqxrl.SAC.from_brax_hyperparameters(
+        env, num_timesteps=1_000, episode_length=100, hidden_layer_sizes=(64, 64)
+    )
+    assert sac.num_envs == 1 and sac.total_timesteps == 1_000
+    assert sac.learning_starts == 256 and sac.batch_size == 256  # batch, no prefill
+    assert float(sac.gamma) == pytest.approx(0.9) and sac.reward_scale is None
+    assert not sac.normalize_observations and sac.hidden_sizes == (64, 64)
+
+
+# --------------------------------------------------------------------------------------
 # Through the Trainer
 
 
@@ -415,7 +548,8 @@ def quiet(algorithm, **kwargs):
 
 
 def test_resume_through_the_trainer_is_exact(env, tmp_path):
-    sac = small(env, total_timesteps=160)  # 20 iterations, updates from the 4th
+    # 20 iterations, updates from the 4th; the observation statistics are state too.
+    sac = small(env, total_timesteps=160, normalize_observations=True, reward_scale=5.0)
     full, full_metrics = quiet(sac, chunk_size=4, eval_episodes=1).fit(seed=3)
     trainer = quiet(
         sac, chunk_size=4, eval_episodes=1, out=tmp_path, checkpoint_every=3
@@ -424,7 +558,7 @@ def test_resume_through_the_trainer_is_exact(env, tmp_path):
     assert first["critic_loss"].shape == (9,)
     resumed, second = trainer.fit(seed=3, resume=True)
     # Everything: networks, Adam moments and counts, temperature, replay buffer,
-    # environments, key, counters.
+    # environments, key, counters, observation statistics.
     assert eqx.tree_equal(
         eqx.filter(resumed, eqx.is_array), eqx.filter(full, eqx.is_array)
     )
@@ -435,12 +569,15 @@ def test_resume_through_the_trainer_is_exact(env, tmp_path):
     # The files alone rebuild the algorithm and its policy.
     state, loaded = eqxrl.load_checkpoint(tmp_path)
     assert isinstance(loaded, eqxrl.SAC) and loaded.hidden_sizes == (16,)
+    assert loaded.normalize_observations and float(loaded.reward_scale) == 5.0
+    assert float(state.observation_statistics.count) == pytest.approx(160, abs=1e-3)
     assert eqx.tree_equal(
         eqx.filter(state, eqx.is_array), eqx.filter(full, eqx.is_array)
     )
     policy = eqxrl.load_policy(tmp_path)
     action = policy.act(jnp.zeros(3), jr.key(0))
     assert action.shape == (1,) and abs(float(action[0])) <= 2.0
+    assert policy.observation_statistics is not None
 
 
 # --------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from ..nn import (
     update_observation_statistics,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
-from ._brax_ppo import brax_ppo_arguments
+from ._brax_hyperparameters import brax_ppo_arguments
 from ._checks import (
     check_actor_critic,
     refuse_auto_reset,

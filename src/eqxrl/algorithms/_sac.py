@@ -1,5 +1,6 @@
 import dataclasses
 import math
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -23,8 +24,14 @@ from ..envs import (
     TimeStep,
     check_environment,
 )
-from ..nn import MLPTanhGaussianActor, MLPTwinCritic, TanhGaussianPolicy
+from ..nn import (
+    MLPTanhGaussianActor,
+    MLPTwinCritic,
+    RunningMeanStd,
+    TanhGaussianPolicy,
+)
 from ._base import AbstractAlgorithm, with_replay_environment_axes
+from ._brax_hyperparameters import brax_sac_arguments
 from ._checks import refuse_auto_reset, refuse_multi_agent
 from ._metrics import ended_episode_metrics
 from ._off_policy import (
@@ -55,6 +62,8 @@ class SACState(eqx.Module):
     - `key`: the PRNG key for the next iteration.
     - `iteration`: how many iterations have run (int32).
     - `num_updates`: how many gradient steps have run (int32).
+    - `observation_statistics`: running mean and variance of the collected
+      observations (with `normalize_observations`), else `None`.
     """
 
     actor: MLPTanhGaussianActor
@@ -70,6 +79,7 @@ class SACState(eqx.Module):
     key: PRNGKeyArray
     iteration: Int[Array, ""]
     num_updates: Int[Array, ""]
+    observation_statistics: RunningMeanStd | None = None
 
 
 class _Learner(eqx.Module):
@@ -89,6 +99,19 @@ _LEARNER_FIELDS = tuple(field.name for field in dataclasses.fields(_Learner))
 # The update statistics (means over an iteration's gradient steps), NaN on
 # iterations without updates.
 _UPDATE_METRICS = ("critic_loss", "actor_loss", "q_value", "entropy")
+
+
+def normalize_batch(
+    statistics: RunningMeanStd | None, observations: Float[Array, "..."]
+) -> Float[Array, "..."]:
+    """Observations with leading batch axes normalized by `statistics` (as they
+    are when it is `None`)."""
+    if statistics is None:
+        return observations
+    normalize = statistics.normalize
+    for _ in range(observations.ndim - statistics.mean.ndim):
+        normalize = jax.vmap(normalize)
+    return normalize(observations)
 
 
 class SAC(AbstractAlgorithm[SACState]):
@@ -128,7 +151,8 @@ class SAC(AbstractAlgorithm[SACState]):
     program, 20k steps: 12 minutes on a shared 2-core CPU, where the 256-wide
     networks dominate; `hidden_sizes=(64, 64)` learns as fast per step at a
     fraction of the cost). Sweepable numbers (`learning_rate`, `gamma`, `tau`,
-    `alpha`, `target_entropy`) are float32 array leaves: build SAC inside
+    `alpha`, `target_entropy`, `reward_scale`, `alpha_learning_rate`) are float32
+    array leaves: build SAC inside
     `jax.vmap` over a batch of them to train a sweep in one compilation.
 
     **Arguments:**
@@ -149,13 +173,24 @@ class SAC(AbstractAlgorithm[SACState]):
     - `target_update_interval`: updates between two target-critic updates.
     - `tau`: Polyak coefficient of the target update (`1`: a copy).
     - `gamma`: discount factor.
-    - `learning_rate`: Adam step size of the actor, the critics and the temperature.
+    - `learning_rate`: Adam step size of the actor and the critics (and of the
+      temperature unless `alpha_learning_rate`).
     - `alpha`: the entropy temperature; with `autotune_alpha`, its initial value.
     - `autotune_alpha`: learn the temperature so that the policy's entropy tracks
       `target_entropy`.
     - `target_entropy`: the entropy the tuned temperature aims at; `None`:
       `-action_size` (minus the number of action entries).
     - `hidden_sizes`: widths of the hidden layers of the actor and of each critic.
+    - `normalize_observations`: the networks see observations normalized by the
+      running mean and variance of every observation collected so far (as Brax's
+      SAC: each step acts with the statistics of the steps before it, and the
+      updates use those of every step collected; the buffer keeps raw
+      observations), exported with the policy.
+    - `reward_scale`: multiply rewards by this constant in the critics' targets
+      (Brax's `reward_scaling`), so the critics learn scaled returns; reported
+      episode returns stay unscaled. `None` (default): rewards as they come.
+    - `alpha_learning_rate`: Adam step size of the temperature; `None` (default):
+      `learning_rate`.
 
     !!! example
 
@@ -198,6 +233,17 @@ class SAC(AbstractAlgorithm[SACState]):
         ),
     )
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
+    normalize_observations: bool = eqx.field(static=True, default=False)
+    reward_scale: Float[Array, ""] | None = eqx.field(
+        default=None,
+        converter=in_range("reward_scale", 0.0, math.inf, finite=True, optional=True),
+    )
+    alpha_learning_rate: Float[Array, ""] | None = eqx.field(
+        default=None,
+        converter=in_range(
+            "alpha_learning_rate", 0.0, math.inf, finite=True, optional=True
+        ),
+    )
 
     def __check_init__(self):
         check_replay_schedule(
@@ -251,6 +297,71 @@ class SAC(AbstractAlgorithm[SACState]):
         check_environment(self.env)
 
     # ------------------------------------------------------------------ config
+    @classmethod
+    def from_brax_hyperparameters(
+        cls, env: AbstractEnvironment, **brax_arguments: Any
+    ) -> "SAC":
+        """The SAC that runs Brax's `brax.training.agents.sac.train(environment=env,
+        **brax_arguments)`: the same environment steps, updates, minibatches,
+        networks' sizes and temperature.
+
+        Brax's hyperparameters, e.g. the published ones for hopper, go in
+        unchanged; arguments left out take Brax's defaults. The table of what
+        becomes what (and what differs) is in
+        [Continuous control](../continuous-control.md#sac-from-brax-to-eqxrl). In
+        short, with `E = num_envs`:
+
+        - Brax prefills its buffer with `min_replay_size` steps (rounded up to
+          whole steps of every environment) and then runs training steps that
+          step every environment once and take `grad_updates_per_step` updates:
+          `train_frequency = 1`, `gradient_steps = grad_updates_per_step`,
+          `learning_starts` = the prefill plus one step of every environment (the
+          first training step's), `total_timesteps` = the prefill plus
+          `num_timesteps` rounded up to whole training steps in each of Brax's
+          `max(num_evals - 1, 1)` epochs;
+        - `batch_size`, `tau`, `discounting`, `learning_rate`,
+          `normalize_observations`, `reward_scaling`, `max_replay_size` (`None`:
+          `num_timesteps`) become `batch_size`, `tau`, `gamma`, `learning_rate`,
+          `normalize_observations`, `reward_scale`, `buffer_size`;
+        - the temperature as Brax tunes it: from `alpha = 1`, its own Adam at
+          `3e-4` (`alpha_learning_rate`), towards an entropy of
+          `-action_size / 2`;
+        - `hidden_layer_sizes` of `make_sac_networks` (directly or through a
+          `network_factory=functools.partial(make_sac_networks, ...)`) becomes
+          `hidden_sizes`; ReLU as in Brax;
+        - `episode_length` adds a [`TimeLimit`][eqxrl.envs.TimeLimit];
+          host-side arguments (`seed`, `num_eval_envs`, `deterministic_eval`,
+          `progress_fn`, ...) are accepted and not used; arguments with no eqxrl
+          equivalent (`action_repeat != 1`, `randomization_fn`, layer norms, ...)
+          raise a `ValueError` naming them.
+
+        **Arguments:**
+
+        - `env`: the eqxrl environment (e.g. `eqxrl.envs.from_brax(brax_env)`),
+          without a time limit (`episode_length` adds it).
+        - `**brax_arguments`: keyword arguments of Brax's `sac.train`, and
+          optionally `hidden_layer_sizes` of its `make_sac_networks`.
+
+        **Returns:**
+
+        The `SAC`.
+
+        !!! example
+
+            ```python
+            # Brax's published SAC settings for hopper (training notebook).
+            env = eqxrl.envs.from_brax("hopper", backend="spring")
+            sac = eqxrl.SAC.from_brax_hyperparameters(
+                env, num_timesteps=6_553_600, num_evals=20, reward_scaling=30,
+                episode_length=1000, normalize_observations=True, action_repeat=1,
+                discounting=0.997, learning_rate=6e-4, num_envs=128,
+                batch_size=512, grad_updates_per_step=64, max_devices_per_host=1,
+                max_replay_size=1048576, min_replay_size=8192, seed=1,
+            )
+            ```
+        """
+        return cls(**brax_sac_arguments(env, brax_arguments))
+
     @property
     def steps_per_iteration(self) -> int:
         """Environment steps collected per iteration: `num_envs * train_frequency`."""
@@ -305,9 +416,16 @@ class SAC(AbstractAlgorithm[SACState]):
         return actor, critic
 
     def make_optimizer(self) -> optax.GradientTransformation:
-        """Adam with step size `learning_rate`; the actor, the critics and the
-        temperature each have their own state."""
+        """Adam with step size `learning_rate`; the actor and the critics each have
+        their own state."""
         return optax.adam(self.learning_rate)
+
+    def make_alpha_optimizer(self) -> optax.GradientTransformation:
+        """Adam for the temperature, with step size `alpha_learning_rate` (or
+        `learning_rate`)."""
+        if self.alpha_learning_rate is None:
+            return self.make_optimizer()
+        return optax.adam(self.alpha_learning_rate)
 
     # ------------------------------------------------------------------ state
     def _transition(
@@ -347,7 +465,9 @@ class SAC(AbstractAlgorithm[SACState]):
             actor_optimizer_state=optimizer.init(eqx.filter(actor, eqx.is_array)),
             critic_optimizer_state=optimizer.init(eqx.filter(critic, eqx.is_array)),
             alpha_optimizer_state=(
-                optimizer.init(log_alpha) if self.autotune_alpha else None
+                self.make_alpha_optimizer().init(log_alpha)
+                if self.autotune_alpha
+                else None
             ),
             buffer=ReplayBuffer.empty(example, self.buffer_capacity),
             env_state=env_state,
@@ -355,6 +475,11 @@ class SAC(AbstractAlgorithm[SACState]):
             key=state_key,
             iteration=jnp.int32(0),
             num_updates=jnp.int32(0),
+            observation_statistics=(
+                RunningMeanStd.zeros(self.env.observation_space.shape)
+                if self.normalize_observations
+                else None
+            ),
         )
 
     def environment_axes(self, state: SACState) -> PyTree[int]:
@@ -366,9 +491,16 @@ class SAC(AbstractAlgorithm[SACState]):
         self, state: SACState, deterministic: bool = False
     ) -> TanhGaussianPolicy:
         """The actor, sampling (or with `deterministic`, acting with `tanh(mean)`),
-        its actions mapped onto the action space's bounds."""
+        on observations normalized as in training, its actions mapped onto the
+        action space's bounds."""
         space = self.env.action_space
-        return TanhGaussianPolicy(state.actor, space.low, space.high, deterministic)
+        return TanhGaussianPolicy(
+            state.actor,
+            space.low,
+            space.high,
+            deterministic,
+            observation_statistics=state.observation_statistics,
+        )
 
     def diverged(self, state: SACState, metrics: dict[str, Array]) -> Bool[Array, ""]:
         """Whether a loss is NaN or infinite on an iteration with updates (they are
@@ -392,13 +524,17 @@ class SAC(AbstractAlgorithm[SACState]):
         with `a' = actor`'s sample at `s'` from `noise`.
 
         `discount` is the buffer's: `0` after a termination, `gamma` otherwise
-        (a truncated episode bootstraps from its final observation).
+        (a truncated episode bootstraps from its final observation). `reward` is
+        multiplied by `reward_scale` when there is one.
         """
         sample = jax.vmap(actor.sample_and_log_prob)
         next_action, next_log_prob = sample(batch.next_observation, noise)
         next_q = jax.vmap(target_critic)(batch.next_observation, next_action)
         soft_value = jnp.min(next_q, axis=1) - jnp.exp(log_alpha) * next_log_prob
-        return batch.reward + batch.discount * soft_value
+        reward = batch.reward
+        if self.reward_scale is not None:
+            reward = reward * self.reward_scale
+        return reward + batch.discount * soft_value
 
     def critic_loss(
         self,
@@ -454,10 +590,11 @@ class SAC(AbstractAlgorithm[SACState]):
         noise_key: PRNGKeyArray,
         uniform_key: PRNGKeyArray,
         step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, ReplayBuffer, dict[str, Array]]:
+    ) -> tuple[PyTree, TimeStep, ReplayBuffer, RunningMeanStd | None, dict[str, Array]]:
         """`train_frequency` steps of every environment, each added to the buffer:
         the actor's samples, or uniformly random actions before `learning_starts`.
-        The randomness of all the steps is drawn up front."""
+        With `normalize_observations`, each step's observations then join the
+        statistics. The randomness of all the steps is drawn up front."""
         sample = eqx.filter_vmap(
             lambda actor, observation, noise: actor.sample_and_log_prob(
                 observation, noise
@@ -471,29 +608,42 @@ class SAC(AbstractAlgorithm[SACState]):
         shape = (self.train_frequency, self.num_envs)
 
         def step(carry, inputs):
-            env_state, timestep, buffer = carry
+            env_state, timestep, buffer, observation_statistics = carry
             index, noise, uniform, step_keys = inputs
             warming_up = first_step + index * self.num_envs < self.learning_starts
-            sampled = sample(state.actor, timestep.observation, noise)
+            observation = normalize_batch(observation_statistics, timestep.observation)
+            sampled = sample(state.actor, observation, noise)
             action = jnp.where(warming_up, 2.0 * uniform - 1.0, sampled)
             env_state, next_timestep = step_environments(
                 env_state, rescale(action), step_keys
             )
             statistics = episode_step_statistics(next_timestep)
             buffer = buffer.add(transition(timestep, action, next_timestep))
-            return (env_state, next_timestep, buffer), statistics
+            if observation_statistics is not None:
+                observation_statistics = observation_statistics.update(
+                    timestep.observation
+                )
+            carry = (env_state, next_timestep, buffer, observation_statistics)
+            return carry, statistics
 
-        (env_state, timestep, buffer), statistics = scan_or_step(
-            step,
-            (state.env_state, state.timestep, state.buffer),
-            (
-                jnp.arange(self.train_frequency, dtype=jnp.int32),
-                jr.normal(noise_key, (*shape, self.action_size), jnp.float32),
-                random_uniform(uniform_key, (*shape, self.action_size)),
-                random_split(step_key, shape),
-            ),
+        (env_state, timestep, buffer, observation_statistics), statistics = (
+            scan_or_step(
+                step,
+                (
+                    state.env_state,
+                    state.timestep,
+                    state.buffer,
+                    state.observation_statistics,
+                ),
+                (
+                    jnp.arange(self.train_frequency, dtype=jnp.int32),
+                    jr.normal(noise_key, (*shape, self.action_size), jnp.float32),
+                    random_uniform(uniform_key, (*shape, self.action_size)),
+                    random_split(step_key, shape),
+                ),
+            )
         )
-        return env_state, timestep, buffer, statistics
+        return env_state, timestep, buffer, observation_statistics, statistics
 
     def _gradient_step(
         self,
@@ -504,9 +654,9 @@ class SAC(AbstractAlgorithm[SACState]):
     ) -> tuple[_Learner, dict[str, Array]]:
         """One update of the critics, then the actor (against the updated critics),
         then the temperature, then (when due) the target critics."""
-        optimizer = self.make_optimizer()
+        network_optimizer = self.make_optimizer()
 
-        def step(params, grads, optimizer_state):
+        def step(params, grads, optimizer_state, optimizer=network_optimizer):
             updates, optimizer_state = optimizer.update(grads, optimizer_state, params)
             return optax.apply_updates(params, updates), optimizer_state
 
@@ -534,7 +684,10 @@ class SAC(AbstractAlgorithm[SACState]):
         if self.autotune_alpha:
             alpha_grad = jax.grad(self.alpha_loss)(log_alpha, log_prob)
             log_alpha, alpha_optimizer_state = step(
-                log_alpha, alpha_grad, learner.alpha_optimizer_state
+                log_alpha,
+                alpha_grad,
+                learner.alpha_optimizer_state,
+                self.make_alpha_optimizer(),
             )
 
         target_params, _ = eqx.partition(learner.target_critic, eqx.is_array)
@@ -566,14 +719,26 @@ class SAC(AbstractAlgorithm[SACState]):
         learner: _Learner,
         num_updates: Int[Array, ""],
         buffer: ReplayBuffer,
+        observation_statistics: RunningMeanStd | None,
         sample_key: PRNGKeyArray,
         noise_key: PRNGKeyArray,
     ) -> tuple[_Learner, dict[str, Array]]:
         """`gradient_steps` updates on minibatches all drawn and gathered up front
-        (one gather per field per iteration, as in DQN)."""
+        (one gather per field per iteration, as in DQN), their observations
+        normalized by `observation_statistics` when there are some."""
 
         def gather(index: Int[Array, " batch_size"]) -> ReplaySample:
-            return buffer.gather(index, gamma=self.gamma)
+            batch = buffer.gather(index, gamma=self.gamma)
+            if observation_statistics is None:
+                return batch
+            return eqx.tree_at(
+                lambda b: (b.observation, b.next_observation),
+                batch,
+                (
+                    normalize_batch(observation_statistics, batch.observation),
+                    normalize_batch(observation_statistics, batch.next_observation),
+                ),
+            )
 
         def gradient_step(learner, inputs):
             return self._gradient_step(learner, *inputs)
@@ -614,7 +779,7 @@ class SAC(AbstractAlgorithm[SACState]):
         key, noise_key, uniform_key, step_key, sample_key, update_key = random_split(
             state.key, 6
         )
-        env_state, timestep, buffer, statistics = self._collect(
+        env_state, timestep, buffer, observation_statistics, statistics = self._collect(
             state, noise_key, uniform_key, step_key
         )
 
@@ -628,6 +793,7 @@ class SAC(AbstractAlgorithm[SACState]):
                 eqx.combine(dynamic, static),
                 state.num_updates,
                 buffer,
+                observation_statistics,
                 sample_key,
                 update_key,
             )
@@ -656,5 +822,6 @@ class SAC(AbstractAlgorithm[SACState]):
             key=key,
             iteration=state.iteration + 1,
             num_updates=num_updates.astype(jnp.int32),
+            observation_statistics=observation_statistics,
         )
         return state, metrics

@@ -11,6 +11,7 @@ import jax.random as jr
 from distreqx.bijectors import Tanh
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
+from ._normalization import RunningMeanStd
 from ._policy import AbstractPolicy
 from ._q_networks import _apply_linear, _check_sizes, _mlp
 
@@ -205,12 +206,16 @@ class TanhGaussianPolicy(AbstractPolicy):
     - `actor`: the trained actor.
     - `low`, `high`: float32 bounds of the `Box` action space (its shape).
     - `deterministic`: act with `tanh(mean)` instead of sampling.
+    - `observation_statistics`: the statistics the actor's observations were
+      normalized by in training (SAC's `normalize_observations`), so that the
+      policy takes raw observations; `None` (default): none.
     """
 
     actor: MLPTanhGaussianActor
     low: Float[Array, "..."]
     high: Float[Array, "..."]
     deterministic: bool = eqx.field(static=True, default=False)
+    observation_statistics: RunningMeanStd | None = None
 
     def __check_init__(self):
         if self.low.shape != self.high.shape:
@@ -226,6 +231,8 @@ class TanhGaussianPolicy(AbstractPolicy):
         action_mask: Bool[Array, " num_actions"] | None = None,
     ) -> Float[Array, "..."]:
         del action_mask  # continuous actions have no mask
+        if self.observation_statistics is not None:
+            observation = self.observation_statistics.normalize(observation)
         if self.deterministic:
             action = self.actor.mode(observation)
         else:
