@@ -38,14 +38,15 @@ docs-serve: $(VENV)/.installed-dev
 	$(BIN)/mkdocs serve
 
 # Two test processes: most of the suite is single-threaded compilation, so two keep
-# both cores of a 2-core machine busy. Two passes: the tests not marked slow are
-# mostly XLA compiling small programs, which XLA's CPU fusion emitters off makes
-# about a third faster (the compiled code runs slower: the slow tests, mostly long
-# runs, keep XLA's defaults, as users run). See CHANGELOG, Internal.
+# both cores of a 2-core machine busy. Two passes: the tests not marked slow (and
+# the slow ones marked compile_bound) are mostly XLA compiling small programs, which
+# XLA's CPU fusion emitters off makes about a third faster (the compiled code runs
+# slower: the other slow tests, long runs, keep XLA's defaults, as users run). See
+# CHANGELOG, Internal.
 FAST_COMPILE := --xla_cpu_use_fusion_emitters=false
 test: lint
-	XLA_FLAGS="$$XLA_FLAGS $(FAST_COMPILE)" $(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow"
-	$(BIN)/python -m pytest -n 2 --dist worksteal -m slow
+	XLA_FLAGS="$$XLA_FLAGS $(FAST_COMPILE)" $(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow or compile_bound"
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "slow and not compile_bound"
 	$(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed-dev

@@ -210,6 +210,7 @@ def _is_private(name: str) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.compile_bound
 @pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
 def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, capsys):
     """`make bench`'s scripts, `snake_memory.py`, and `peers.py` where its peers are

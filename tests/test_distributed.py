@@ -21,7 +21,10 @@ WORKER = textwrap.dedent(
     import json, os, sys
     process_id, num_processes, devices = map(int, sys.argv[1:4])
     port, out = sys.argv[4:6]
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={devices}"
+    )
     import jax
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if num_processes > 1:
@@ -99,6 +102,7 @@ def _models(folder):
 
 
 @pytest.mark.slow
+@pytest.mark.compile_bound
 def test_two_processes_train_as_one_and_resume_on_one_device(tmp_path):
     import numpy as np
 

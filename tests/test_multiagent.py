@@ -434,6 +434,7 @@ def quiet_trainer(algorithm, out) -> eqxrl.Trainer:
 
 
 @pytest.mark.slow
+@pytest.mark.compile_bound
 def test_command_line_and_trainer_resume_exactly(tmp_path, capsys):
     """`eqxrl train TreasureHunt-v0 --algo iqn` trains independent IQN (per-agent
     columns in metrics.csv, a checkpoint that rebuilds its Independent config,

@@ -22,7 +22,9 @@ STANDARD_DTYPE_PROMOTION = True
 SCRIPT = textwrap.dedent(
     """
     import json, os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    )
     import jax, jax.numpy as jnp, numpy as np, equinox as eqx
     import eqxrl
 
@@ -148,6 +150,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.compile_bound
 def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SCRIPT)
