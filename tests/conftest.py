@@ -1,4 +1,6 @@
 import os
+import runpy
+import sys
 
 import jax
 import pytest
@@ -33,3 +35,18 @@ def strict_dtype_promotion(request):
 @pytest.fixture
 def key():
     return jax.random.key(0)
+
+
+@pytest.fixture
+def run_script(monkeypatch, capsys):
+    """`run_script(path, *arguments)` runs a script as `python path arguments...`
+    would, in the test process (it shares the process's import of JAX and eqxrl,
+    a fresh interpreter costs seconds), and returns what it printed."""
+
+    def run(path, *arguments: str) -> str:
+        monkeypatch.setattr(sys, "argv", [str(path), *arguments])
+        capsys.readouterr()
+        runpy.run_path(str(path), run_name="__main__")
+        return capsys.readouterr().out
+
+    return run

@@ -15,7 +15,6 @@ the two that need processes of their own (`scaling.py`'s device counts,
 import ast
 import math
 import re
-import runpy
 import sys
 from pathlib import Path
 
@@ -212,7 +211,7 @@ def _is_private(name: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.compile_bound
 @pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
-def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, capsys):
+def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
     """`make bench`'s scripts, `snake_memory.py`, and `peers.py` where its peers are
     installed (`make bench-peers`)."""
     arguments, patterns, needs = SMOKE_RUNS[script]
@@ -223,10 +222,8 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, capsys):
         else:
             pytest.importorskip(module)
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / script), *arguments])
     monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
-    runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
-    output = capsys.readouterr().out
+    output = run_script(BENCHMARKS / script, *arguments)
     for pattern in patterns:
         for number in figures(pattern, output):
             assert math.isfinite(number) and number > 0, (pattern, output)

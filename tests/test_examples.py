@@ -3,7 +3,6 @@ that `eqxrl.load_policy` and `eqxrl eval` open), and answer `--help` in the venv
 `make demo` (the `training` extra only), or say in one line which extra they need."""
 
 import re
-import runpy
 import sys
 import tomllib
 from pathlib import Path
@@ -45,15 +44,6 @@ OUTSIDE_TRAINING_EXTRA = (
 NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
-def run_example(name: str, *args: str, monkeypatch, capsys) -> str:
-    """`python examples/NAME ARGS...`, in this process (it shares the test
-    process's import of JAX and eqxrl): what it printed."""
-    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), *args])
-    capsys.readouterr()
-    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-    return capsys.readouterr().out
-
-
 def numbers(pattern: str, output: str) -> list[float]:
     """The numbers in the first match of `pattern` in `output`."""
     match = re.search(pattern, output, re.MULTILINE)
@@ -74,12 +64,11 @@ def eval_return(path: Path, capsys) -> float:
 # --help
 
 
-def run_help(name: str, monkeypatch, capsys) -> tuple[int | str | None, str]:
+def run_help(name: str, run_script, capsys) -> tuple[int | str | None, str]:
     """`python examples/NAME --help`, in this process: the exit code (or message) and
     what it printed."""
-    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), "--help"])
     with pytest.raises(SystemExit) as exit:
-        runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+        run_script(EXAMPLES / name, "--help")
     return exit.value.code, capsys.readouterr().out
 
 
@@ -92,24 +81,24 @@ def flags(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_help_lists_the_flags(name, monkeypatch, capsys):
+def test_help_lists_the_flags(name, run_script, capsys):
     if name in NEEDS_EXTRA:
         streams = sys.stdout, sys.stderr
         pytest.importorskip(NEEDS_EXTRA[name])
         # With brax installed, importing jaxmarl resets both to the terminal's.
         sys.stdout, sys.stderr = streams
         capsys.readouterr()  # what importing it printed (MuJoCo's, under brax)
-    code, output = run_help(name, monkeypatch, capsys)
+    code, output = run_help(name, run_script, capsys)
     assert code == 0 and output.startswith("usage:"), output
     for flag in flags(name):
         assert flag in output, (flag, output)
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_help_with_the_training_extra_only(name, monkeypatch, capsys):
+def test_help_with_the_training_extra_only(name, monkeypatch, run_script, capsys):
     for module in OUTSIDE_TRAINING_EXTRA:
         monkeypatch.setitem(sys.modules, module, None)  # `import module` fails
-    code, output = run_help(name, monkeypatch, capsys)
+    code, output = run_help(name, run_script, capsys)
     if name not in NEEDS_EXTRA:
         assert code == 0 and output.startswith("usage:"), output
         return
@@ -136,14 +125,12 @@ def test_training_extra_has_every_backend_of_the_training_driver():
 
 @pytest.mark.slow
 def test_cartpole_example_learns_and_writes_a_loadable_policy(
-    tmp_path, monkeypatch, capsys
+    tmp_path, run_script, capsys
 ):
-    output = run_example(
-        "cartpole_ppo.py",
+    output = run_script(
+        EXAMPLES / "cartpole_ppo.py",
         *("--out", str(tmp_path), "--total-timesteps", "16384"),
         *("--learning-rate", "1e-3"),
-        monkeypatch=monkeypatch,
-        capsys=capsys,
     )
     # A random policy lasts about 22 steps; 32 iterations reach over 300.
     (final,) = numbers(
@@ -164,14 +151,12 @@ def test_cartpole_example_learns_and_writes_a_loadable_policy(
 
 @pytest.mark.slow
 def test_masked_example_takes_no_invalid_action_and_reaches_the_goal(
-    monkeypatch, capsys
+    run_script,
 ):
-    output = run_example(
-        "masked_ppo.py",
+    output = run_script(
+        EXAMPLES / "masked_ppo.py",
         "--total-timesteps",
         "8192",
-        monkeypatch=monkeypatch,
-        capsys=capsys,
     )
     assert "invalid actions taken: 0" in output
     first, last = numbers(rf"episode length: first {NUMBER}, last 5 {NUMBER}", output)
@@ -182,15 +167,13 @@ def test_masked_example_takes_no_invalid_action_and_reaches_the_goal(
 
 
 @pytest.mark.slow
-def test_pendulum_example_prints_curve(monkeypatch, capsys):
-    output = run_example(
-        "pendulum_ppo.py",
+def test_pendulum_example_prints_curve(run_script):
+    output = run_script(
+        EXAMPLES / "pendulum_ppo.py",
         "--total-timesteps",
         "8192",
         "--seeds",
         "1",
-        monkeypatch=monkeypatch,
-        capsys=capsys,
     )
     # Pendulum's return per 200-step episode lies in [-16.3 * 200, 0].
     curve = re.findall(rf"^\s*[\d,]+ steps: return\s+{NUMBER}$", output, re.MULTILINE)
@@ -204,14 +187,12 @@ def test_pendulum_example_prints_curve(monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(
-    tmp_path, monkeypatch, capsys
+    tmp_path, run_script, capsys
 ):
-    output = run_example(
-        "snake_ppo.py",
+    output = run_script(
+        EXAMPLES / "snake_ppo.py",
         *("--out", str(tmp_path), "--size", "4", "--total-timesteps", "2048"),
         *("--num-envs", "16", "--eval-games", "8", "--gif-steps", "10"),
-        monkeypatch=monkeypatch,
-        capsys=capsys,
     )
     assert "steps/s" in output
     # Food eaten per game, on a 4x4 board (at most 15).

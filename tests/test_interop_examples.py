@@ -4,8 +4,6 @@ share imports, under the test suite's rank and dtype checks), and does what it s
 trains (a return above what a random policy gets), or shows what it promises."""
 
 import re
-import runpy
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -101,12 +99,10 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_example_runs(name, monkeypatch, capsys):
+def test_example_runs(name, run_script):
     arguments, check = CASES[name]
     if name != "custom_env.py":
         pytest.importorskip("gymnasium")
     if "gymnax" in name or "purejaxrl" in name:
         pytest.importorskip("gymnax")
-    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / name), *arguments])
-    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-    check(capsys.readouterr().out)
+    check(run_script(EXAMPLES / name, *arguments))

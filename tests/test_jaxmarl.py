@@ -4,8 +4,6 @@ truncation by the time limit, refusals naming the agents or space)."""
 
 import contextlib
 import re
-import runpy
-import sys
 import warnings
 from pathlib import Path
 
@@ -324,16 +322,14 @@ def test_unsupported_spaces_and_wrappers_are_refused():
 
 
 @pytest.mark.slow
-def test_independent_ppo_example_learns_simple_spread(monkeypatch, capsys):
+def test_independent_ppo_example_learns_simple_spread(run_script):
     """`examples/jaxmarl_ippo.py` at its defaults (IPPO, one actor-critic per agent,
     4 vmapped seeds of 102,400 steps on MPE simple spread): the team's return over
     the last 20 iterations rises above the random policy's by 8 on at least 3 of 4
     seeds; a random team scores about -84 per episode."""
     example = Path(__file__).parent.parent / "examples" / "jaxmarl_ippo.py"
-    monkeypatch.setattr(sys, "argv", [str(example)])
     with jax.numpy_dtype_promotion("standard"):  # optax's Adam
-        runpy.run_path(str(example), run_name="__main__")
-    output = capsys.readouterr().out
+        output = run_script(example)
     (random,) = re.findall(r"random policy: team return (-?[0-9.]+)", output)
     learned = re.findall(r"-> (-?[0-9.]+) \(last 20\)", output)
     random, learned = float(random), np.array(learned, float)

@@ -161,10 +161,33 @@ def _time_limited(
     return env
 
 
-def _refuse_non_defaults(caller: str, arguments: dict[str, Any], defaults) -> None:
-    """Pop each of `defaults`' arguments from `arguments`, refusing any other value
-    than the default (what eqxrl does)."""
-    for name, default in defaults.items():
+def _copied_arguments(
+    algorithm: str, brax_arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A copy of the trainer's keyword arguments, to pop from; the environment
+    comes separately."""
+    if "environment" in brax_arguments:
+        raise TypeError(
+            f"{algorithm}.from_brax_hyperparameters: pass the environment as `env` "
+            "(an eqxrl environment, e.g. eqxrl.envs.from_brax(brax_env)), not "
+            "`environment`."
+        )
+    return dict(brax_arguments)
+
+
+def _with_brax_defaults(
+    algorithm: str,
+    arguments: dict[str, Any],
+    defaults: Mapping[str, Any],
+    default_only: Mapping[str, Any],
+    unused: frozenset[str],
+) -> dict[str, Any]:
+    """The trainer's arguments (its network's already popped) with Brax's
+    `defaults` for those left out, after refusing any other value than Brax's
+    default for `default_only` (what eqxrl does), dropping the `unused` ones and
+    refusing unknown ones; `num_timesteps` is required."""
+    caller = f"{algorithm}.from_brax_hyperparameters"
+    for name, default in default_only.items():
         value = arguments.pop(name, default)
         if name == "learning_rate_schedule" and value is not None:
             # Brax's LRSchedule enum or its name; NONE is the default.
@@ -174,6 +197,17 @@ def _refuse_non_defaults(caller: str, arguments: dict[str, Any], defaults) -> No
                 f"{caller}: {name}={value!r} has no eqxrl equivalent; only Brax's "
                 f"default {default!r} is translated."
             )
+    for name in unused:
+        arguments.pop(name, None)
+    unknown = sorted(set(arguments) - set(defaults) - {"num_timesteps"})
+    if unknown:
+        raise ValueError(
+            f"{caller}: {unknown} are not arguments of "
+            f"brax.training.agents.{algorithm.lower()}.train that can be translated."
+        )
+    if "num_timesteps" not in arguments:
+        raise ValueError(f"{caller}: num_timesteps is required.")
+    return {**defaults, **arguments}
 
 
 def brax_ppo_arguments(
@@ -185,12 +219,7 @@ def brax_ppo_arguments(
     **brax_arguments)`: the same environment steps per iteration, minibatches,
     passes and total steps, and the same policy (see
     `PPO.from_brax_hyperparameters`)."""
-    arguments = dict(brax_arguments)
-    if "environment" in arguments:
-        raise TypeError(
-            "PPO.from_brax_hyperparameters: pass the environment as `env` (an eqxrl "
-            "environment, e.g. eqxrl.envs.from_brax(brax_env)), not `environment`."
-        )
+    arguments = _copied_arguments("PPO", brax_arguments)
     network = dict(BRAX_NETWORK_DEFAULTS)
     network.update(
         _network_arguments(
@@ -215,18 +244,9 @@ def brax_ppo_arguments(
             "PPO.from_brax_hyperparameters: only distribution_type='tanh_normal' "
             f"(Brax's default) is translated, got {network['distribution_type']!r}."
         )
-    _refuse_non_defaults("PPO.from_brax_hyperparameters", arguments, DEFAULT_ONLY)
-    for name in HOST_ARGUMENTS | IGNORED:
-        arguments.pop(name, None)
-    unknown = sorted(set(arguments) - set(BRAX_PPO_DEFAULTS) - {"num_timesteps"})
-    if unknown:
-        raise ValueError(
-            f"PPO.from_brax_hyperparameters: {unknown} are not arguments of "
-            "brax.training.agents.ppo.train that can be translated."
-        )
-    if "num_timesteps" not in arguments:
-        raise ValueError("PPO.from_brax_hyperparameters: num_timesteps is required.")
-    brax = {**BRAX_PPO_DEFAULTS, **arguments}
+    brax = _with_brax_defaults(
+        "PPO", arguments, BRAX_PPO_DEFAULTS, DEFAULT_ONLY, HOST_ARGUMENTS | IGNORED
+    )
 
     env = _time_limited("PPO", env, brax)
     num_envs, batch_size = brax["num_envs"], brax["batch_size"]
@@ -381,25 +401,11 @@ def brax_sac_arguments(
     **brax_arguments)`: the same environment steps, prefill, updates, minibatches
     and temperature (see `SAC.from_brax_hyperparameters`)."""
     caller = "SAC.from_brax_hyperparameters"
-    arguments = dict(brax_arguments)
-    if "environment" in arguments:
-        raise TypeError(
-            f"{caller}: pass the environment as `env` (an eqxrl environment, e.g. "
-            "eqxrl.envs.from_brax(brax_env)), not `environment`."
-        )
+    arguments = _copied_arguments("SAC", brax_arguments)
     network = _sac_network_arguments(arguments)
-    _refuse_non_defaults(caller, arguments, SAC_DEFAULT_ONLY)
-    for name in SAC_HOST_ARGUMENTS:
-        arguments.pop(name, None)
-    unknown = sorted(set(arguments) - set(BRAX_SAC_DEFAULTS) - {"num_timesteps"})
-    if unknown:
-        raise ValueError(
-            f"{caller}: {unknown} are not arguments of "
-            "brax.training.agents.sac.train that can be translated."
-        )
-    if "num_timesteps" not in arguments:
-        raise ValueError(f"{caller}: num_timesteps is required.")
-    brax = {**BRAX_SAC_DEFAULTS, **arguments}
+    brax = _with_brax_defaults(
+        "SAC", arguments, BRAX_SAC_DEFAULTS, SAC_DEFAULT_ONLY, SAC_HOST_ARGUMENTS
+    )
     env = _time_limited("SAC", env, brax)
 
     num_envs, batch_size = brax["num_envs"], brax["batch_size"]

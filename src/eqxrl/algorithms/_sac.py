@@ -654,9 +654,9 @@ class SAC(AbstractAlgorithm[SACState]):
     ) -> tuple[_Learner, dict[str, Array]]:
         """One update of the critics, then the actor (against the updated critics),
         then the temperature, then (when due) the target critics."""
-        network_optimizer = self.make_optimizer()
+        optimizer = self.make_optimizer()
 
-        def step(params, grads, optimizer_state, optimizer=network_optimizer):
+        def step(optimizer, params, grads, optimizer_state):
             updates, optimizer_state = optimizer.update(grads, optimizer_state, params)
             return optax.apply_updates(params, updates), optimizer_state
 
@@ -668,7 +668,7 @@ class SAC(AbstractAlgorithm[SACState]):
             self.critic_loss, has_aux=True
         )(learner.critic, batch, target)
         critic_params, critic_optimizer_state = step(
-            critic_params, critic_grads, learner.critic_optimizer_state
+            optimizer, critic_params, critic_grads, learner.critic_optimizer_state
         )
         critic = eqx.combine(critic_params, critic_static)
 
@@ -677,17 +677,17 @@ class SAC(AbstractAlgorithm[SACState]):
             self.actor_loss, has_aux=True
         )(learner.actor, critic, learner.log_alpha, batch.observation, noise[1])
         actor_params, actor_optimizer_state = step(
-            actor_params, actor_grads, learner.actor_optimizer_state
+            optimizer, actor_params, actor_grads, learner.actor_optimizer_state
         )
 
         log_alpha, alpha_optimizer_state = learner.log_alpha, None
         if self.autotune_alpha:
             alpha_grad = jax.grad(self.alpha_loss)(log_alpha, log_prob)
             log_alpha, alpha_optimizer_state = step(
+                self.make_alpha_optimizer(),
                 log_alpha,
                 alpha_grad,
                 learner.alpha_optimizer_state,
-                self.make_alpha_optimizer(),
             )
 
         target_params, _ = eqx.partition(learner.target_critic, eqx.is_array)
