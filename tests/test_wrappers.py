@@ -188,12 +188,12 @@ def test_auto_reset_of_snake_gives_fresh_games():
     assert (final[done] != observations[done]).any()
 
 
-def test_on_episode_end_output_is_zero_where_the_episode_goes_on_under_vmap():
-    """Under vmap the reset branch runs for the whole batch when any episode ends;
-    the hook's output still counts only where an episode ended."""
+def test_on_truncation_output_is_zero_where_the_episode_goes_on_under_vmap():
+    """Under vmap the hook's branch runs for the whole batch when any episode is
+    truncated; its output still counts only where one was."""
     env = eqxrl.envs.AutoReset(
         eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 3),
-        on_episode_end=lambda final: final.observation[0] + 100.0,
+        on_truncation=lambda final: final.observation[0] + 100.0,
     )
     keys = jax.random.split(jax.random.key(0), 2)
     states, _ = jax.vmap(env.reset)(keys)
@@ -205,5 +205,50 @@ def test_on_episode_end_output_is_zero_where_the_episode_goes_on_under_vmap():
     states, timesteps = jax.vmap(env.step)(states, jnp.zeros(2, jnp.int32), keys)
     ended = np.asarray(timesteps.truncated)
     assert ended.tolist() == [True, False]
-    outputs = np.asarray(timesteps.extras["episode_end"])
+    outputs = np.asarray(timesteps.extras["at_truncation"])
     assert outputs[0] > 50.0 and outputs[1] == 0.0
+
+
+def test_on_truncation_runs_only_on_steps_that_truncate_an_episode():
+    """Terminations (frequent: the pole falls within a few steps of always pushing
+    left) do not run the hook; a truncation does, and its output is the value of
+    the final observation, before the reset."""
+    calls = []
+
+    def hook(final):
+        jax.debug.callback(lambda: calls.append(1))
+        return final.observation[0] + 100.0
+
+    def run(max_episode_steps: int):
+        calls.clear()
+        env = eqxrl.envs.AutoReset(
+            eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), max_episode_steps),
+            on_truncation=hook,
+        )
+        step = jax.vmap(env.step)
+
+        def body(states, key):
+            states, timestep = step(states, jnp.zeros(4, jnp.int32), jr.split(key, 4))
+            return states, timestep
+
+        keys = jr.split(jax.random.key(0), 4)
+        states, _ = jax.vmap(env.reset)(keys)
+        _, timesteps = jax.jit(
+            lambda s: jax.lax.scan(body, s, jr.split(jr.key(1), 40))
+        )(states)
+        jax.effects_barrier()
+        return timesteps
+
+    timesteps = run(max_episode_steps=1000)
+    assert np.asarray(timesteps.terminated).sum() >= 4  # episodes did end
+    assert not np.asarray(timesteps.truncated).any()
+    assert calls == []
+    assert (np.asarray(timesteps.extras["at_truncation"]) == 0.0).all()
+
+    timesteps = run(max_episode_steps=3)
+    truncated = np.asarray(timesteps.truncated)
+    assert truncated.any() and len(calls) == np.asarray(truncated.any(axis=1)).sum()
+    outputs = np.asarray(timesteps.extras["at_truncation"])
+    final = np.asarray(timesteps.extras["final_observation"])[..., 0] + 100.0
+    np.testing.assert_allclose(outputs[truncated], final[truncated])
+    assert (outputs[~truncated] == 0.0).all()

@@ -431,7 +431,7 @@ class PPO(AbstractAlgorithm[PPOState]):
     @property
     def training_env(self) -> AbstractEnvironment:
         """The environment as PPO resets and steps it:
-        `AutoReset(EpisodeStatistics(env))` (the rollout adds an `on_episode_end`
+        `AutoReset(EpisodeStatistics(env))` (the rollout adds an `on_truncation`
         hook for the truncation bootstrap, which changes nothing else)."""
         return AutoReset(EpisodeStatistics(self.env))
 
@@ -782,10 +782,10 @@ class PPO(AbstractAlgorithm[PPOState]):
             # A truncated episode could have gone on: GAE bootstraps from the value
             # of the state it reached. AutoReset calls this with the episode's
             # final timestep (before the reset), only on steps where an episode
-            # ended: in the reset's own branch, at no cost on other steps.
-            return jnp.where(final.truncated, model.value(final.observation), 0.0)
+            # was truncated.
+            return model.value(final.observation)
 
-        env = AutoReset(EpisodeStatistics(self.env), on_episode_end=truncation_value)
+        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
         step_environments = jax.vmap(env.step)
 
         def step(carry, step_key):
@@ -799,7 +799,7 @@ class PPO(AbstractAlgorithm[PPOState]):
                 value = jnp.zeros_like(value)
             env_state, next_timestep = step_environments(env_state, action, keys[:, 1])
             extras = dict(next_timestep.extras)
-            truncation_values = extras.pop("episode_end")
+            truncation_values = extras.pop("at_truncation")
             next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
             transition = self.transition(
                 timestep, stored_action, log_prob, value, next_timestep

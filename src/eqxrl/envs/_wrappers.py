@@ -137,16 +137,17 @@ class AutoReset(AbstractWrapper):
     **Arguments:**
 
     - `env`: the environment to wrap.
-    - `on_episode_end`: optional `function(final_timestep) -> pytree of arrays`,
-      for work needed only when an episode ends (PPO passes its critic, to value the
-      final observation of a truncated episode). It runs in the same branch as the
-      reset, so it costs nothing on other steps; its output is
-      `extras["episode_end"]`, zeros on steps where the episode goes on (and after
-      `reset`).
+    - `on_truncation`: optional `function(final_timestep) -> pytree of arrays`, for
+      work needed only when an episode is truncated (PPO passes its critic, to value
+      the final observation it bootstraps from). It runs in a `lax.cond` of its own,
+      only on steps where an episode was truncated (under `vmap`, where any member's
+      was), so it costs nothing on other steps, including the far more frequent
+      steps where episodes only terminate; its output is `extras["at_truncation"]`,
+      zeros on steps where the episode was not truncated (and after `reset`).
     """
 
     env: AbstractEnvironment
-    on_episode_end: Callable[[TimeStep], PyTree] | None = eqx.field(
+    on_truncation: Callable[[TimeStep], PyTree] | None = eqx.field(
         static=True, default=None
     )
 
@@ -154,13 +155,13 @@ class AutoReset(AbstractWrapper):
         state, timestep = self.env.reset(key)
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
-        if self.on_episode_end is not None:
-            extras["episode_end"] = self._nothing(timestep)
+        if self.on_truncation is not None:
+            extras["at_truncation"] = self._nothing(timestep)
         return state, eqx.tree_at(lambda t: t.extras, timestep, extras)
 
     def _nothing(self, timestep: TimeStep) -> PyTree:
-        """Zeros shaped like `on_episode_end`'s output."""
-        shapes = jax.eval_shape(self.on_episode_end, timestep)
+        """Zeros shaped like `on_truncation`'s output."""
+        shapes = jax.eval_shape(self.on_truncation, timestep)
         return jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
     def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
@@ -168,8 +169,6 @@ class AutoReset(AbstractWrapper):
         state, timestep = self.env.step(state, action, step_key)
         done = timestep.terminated | timestep.truncated
         stepped = (state, timestep.observation, timestep.action_mask)
-        hook = self.on_episode_end
-        nothing = None if hook is None else self._nothing(timestep)
 
         def reset_where_done():
             reset_state, reset_timestep = self.env.reset(reset_key)
@@ -178,25 +177,17 @@ class AutoReset(AbstractWrapper):
                 reset_timestep.observation,
                 reset_timestep.action_mask,
             )
-            selected = jtu.tree_map(
+            return jtu.tree_map(
                 lambda new, old: jnp.where(done, new, old), fresh, stepped
             )
-            if hook is None:
-                return selected, None
-            # Under vmap this branch runs for the whole batch: members whose
-            # episode goes on get zeros, as on steps where no episode ended.
-            ended = jtu.tree_map(
-                lambda out, zero: jnp.where(done, out, zero), hook(timestep), nothing
-            )
-            return selected, ended
 
-        (next_state, observation, action_mask), episode_end = lax.cond(
-            any_in_vmapped_batch(done), reset_where_done, lambda: (stepped, nothing)
+        next_state, observation, action_mask = lax.cond(
+            any_in_vmapped_batch(done), reset_where_done, lambda: stepped
         )
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
-        if hook is not None:
-            extras["episode_end"] = episode_end
+        if self.on_truncation is not None:
+            extras["at_truncation"] = self._at_truncation(timestep)
         timestep = TimeStep(
             observation=observation,
             reward=timestep.reward,
@@ -206,6 +197,25 @@ class AutoReset(AbstractWrapper):
             extras=extras,
         )
         return next_state, timestep
+
+    def _at_truncation(self, final: TimeStep) -> PyTree:
+        """`on_truncation(final)` where the episode was truncated, zeros elsewhere;
+        run only when some episode was. Its own conditional, not the reset's:
+        episodes terminate far more often than they are truncated (with thousands of
+        environments some terminate at nearly every step), and the hook (a critic)
+        can cost more than the environment step."""
+        nothing = self._nothing(final)
+
+        def run():
+            # Under vmap this branch runs for the whole batch: members whose
+            # episode was not truncated get zeros.
+            return jtu.tree_map(
+                lambda out, zero: jnp.where(final.truncated, out, zero),
+                self.on_truncation(final),
+                nothing,
+            )
+
+        return lax.cond(any_in_vmapped_batch(final.truncated), run, lambda: nothing)
 
 
 class ClipAction(AbstractWrapper):

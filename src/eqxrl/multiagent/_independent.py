@@ -534,18 +534,14 @@ class Independent(AbstractAlgorithm[IndependentState]):
         )
 
         def truncation_values(final: TimeStep) -> Float[Array, " num_agents"]:
-            # Each agent's value of its own final observation where the episode
-            # was truncated (PPO's bootstrap), for one world.
+            # Each agent's value of its own final observation, for one world whose
+            # episode was truncated (PPO's bootstrap).
             if shared:
                 views = every_agent_with_index(final.observation, num_agents)
-                values = jax.vmap(models.value)(views)
-            else:
-                values = eqx.filter_vmap(lambda m, o: m.value(o))(
-                    models, final.observation
-                )
-            return jnp.where(final.truncated, values, 0.0)
+                return jax.vmap(models.value)(views)
+            return eqx.filter_vmap(lambda m, o: m.value(o))(models, final.observation)
 
-        env = AutoReset(EpisodeStatistics(self.env), on_episode_end=truncation_values)
+        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_values)
         step_worlds = jax.vmap(env.step)
         act = agents(ppo.act, in_axes=(0, 0, 0))
         record = agents(ppo.transition, in_axes=0)
@@ -558,7 +554,7 @@ class Independent(AbstractAlgorithm[IndependentState]):
                 env_state, self._joint_action(action), step_keys
             )
             extras = dict(timestep.extras)
-            truncation = self._learner_columns(extras.pop("episode_end"))
+            truncation = self._learner_columns(extras.pop("at_truncation"))
             timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
             next_views = self._views(timestep)
             transition = record(views, stored_action, log_prob, value, next_views)
