@@ -127,8 +127,10 @@ def test_vector_environment_renders_every_copy():
     assert len(frames) == 2 and frames[0].dtype == np.uint8
 
 
-def test_stable_baselines3_ppo_learns_exported_cartpole():
+def test_stable_baselines3_ppo_learns_exported_cartpole(tmp_path, monkeypatch):
     sb3 = pytest.importorskip("stable_baselines3")
+    # SB3's logger otherwise leaves an empty SB3-<time> folder in /tmp per run.
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))
     env = to_gymnasium(eqxrl.envs.make("CartPole-v1"))
     model = sb3.PPO("MlpPolicy", env, n_steps=256, batch_size=64, seed=0, verbose=0)
     model.learn(total_timesteps=4096)
