@@ -50,6 +50,7 @@ from ._checks import (
 )
 from ._metrics import ended_episode_metrics
 from ._returns import compute_gae
+from ._row_blocks import cpu_row_blocks, map_over_row_blocks, mean_over_row_blocks
 
 
 def _key_tuple(name: str, keys: Any) -> tuple[str, ...] | None:
@@ -812,7 +813,14 @@ class PPO(AbstractAlgorithm[PPOState]):
             )
         if critic_after_rollout:
             observations = self._restore_observation(transitions.observation)
-            values = jax.vmap(jax.vmap(model.value))(observations)
+            num_rows = self.num_steps * self.num_envs
+            rows = jtu.tree_map(
+                lambda x: x.reshape(num_rows, *x.shape[2:]), observations
+            )
+            values = map_over_row_blocks(
+                jax.vmap(model.value), (rows,), cpu_row_blocks(num_rows, model)
+            )
+            values = values.reshape(self.num_steps, self.num_envs)
             transitions = eqx.tree_at(lambda t: t.value, transitions, values)
         return env_state, timestep, transitions, truncation_values
 
@@ -825,9 +833,11 @@ class PPO(AbstractAlgorithm[PPOState]):
         returns: Float[Array, " minibatch"],
         noise: Float[Array, "minibatch ..."] | None = None,
     ) -> tuple[Float[Array, ""], dict[str, Array]]:
-        """The PPO loss of a minibatch. For a squashed Gaussian policy, `noise`
-        (standard normal, one draw per action entry) samples the estimate of the
-        squashed distribution's entropy; `None` otherwise."""
+        """The PPO loss of a minibatch, or of a block of its rows: every term is a
+        mean over rows, and `advantages` come normalized over the whole minibatch.
+        For a squashed Gaussian policy, `noise` (standard normal, one draw per action
+        entry) samples the estimate of the squashed distribution's entropy; `None`
+        otherwise."""
         network = self.acting_model(model, observation_statistics)
 
         def evaluate(observation, action_mask, action, noise):
@@ -856,8 +866,6 @@ class PPO(AbstractAlgorithm[PPOState]):
         )
         log_ratio = log_prob - batch.log_prob
         ratio = jnp.exp(log_ratio)
-        if self.normalize_advantages:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_eps, 1.0 + self.clip_eps)
         policy_loss = -jnp.minimum(ratio * advantages, clipped_ratio * advantages)
         policy_loss = policy_loss.mean()
@@ -1000,13 +1008,17 @@ class PPO(AbstractAlgorithm[PPOState]):
             noise = None
             if squashed:
                 noise = jr.normal(noise_key, batch.action.shape, jnp.float32)
-            (_, statistics), grads = grad_fn(
-                model,
-                state.observation_statistics,
-                batch,
-                batch_advantages,
-                batch_returns,
-                noise,
+            if self.normalize_advantages:
+                batch_advantages = (batch_advantages - batch_advantages.mean()) / (
+                    batch_advantages.std() + 1e-8
+                )
+            # On CPU a large network takes a large minibatch in blocks of rows that
+            # stay in cache; the loss is a mean over rows, so its gradient is the
+            # mean of the blocks' gradients.
+            (_, statistics), grads = mean_over_row_blocks(
+                lambda *rows: grad_fn(model, state.observation_statistics, *rows),
+                (batch, batch_advantages, batch_returns, noise),
+                cpu_row_blocks(minibatch_size, model),
             )
             updates, optimizer_state = optimizer.update(
                 grads, optimizer_state, eqx.filter(model, eqx.is_array)
