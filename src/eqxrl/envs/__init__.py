@@ -1,15 +1,12 @@
-"""Environments: the core types, wrappers, spaces, the built-in environments and
-adapters to and from gymnax and gymnasium."""
+"""Environments: the core types, wrappers, spaces and checks, the built-in
+environments, and the bridges to other libraries.
+
+The layout shows which is which: the core (types, spaces, wrappers, checks, the
+registry, rendering) in this folder; the built-in environments in `builtin/`; the
+bridges to and from gymnax, gymnasium, Brax, Jumanji and JaxMARL, and the parity
+checker, in `interop/`. Every public name is re-exported here."""
 
 from .._filters import any_in_vmapped_batch as any_in_vmapped_batch
-from ._brax import (
-    FromBrax as FromBrax,
-    ToBrax as ToBrax,
-    ToBraxState as ToBraxState,
-    from_brax as from_brax,
-    to_brax as to_brax,
-)
-from ._cartpole import CartPole as CartPole, CartPoleState as CartPoleState
 from ._checks import (
     check_action as check_action,
     check_environment as check_environment,
@@ -22,39 +19,12 @@ from ._environment import (
     num_agents_of as num_agents_of,
     unwrap as unwrap,
 )
-from ._grid_maze import GridMaze as GridMaze, GridMazeState as GridMazeState
-from ._gymnasium import (
-    FromGymnasium as FromGymnasium,
-    FromGymnasiumState as FromGymnasiumState,
-    from_gymnasium as from_gymnasium,
-    to_gymnasium as to_gymnasium,
-)
-from ._gymnax import (
-    FromGymnax as FromGymnax,
-    GymnaxParams as GymnaxParams,
-    ToGymnax as ToGymnax,
-    from_gymnax as from_gymnax,
-    to_gymnax as to_gymnax,
-)
-from ._jaxmarl import (
-    FromJaxMARL as FromJaxMARL,
-    FromJaxMARLState as FromJaxMARLState,
-    from_jaxmarl as from_jaxmarl,
-)
-from ._jumanji import FromJumanji as FromJumanji, from_jumanji as from_jumanji
-from ._parity import (
-    FieldParity as FieldParity,
-    ParityReport as ParityReport,
-    check_parity as check_parity,
-)
-from ._pendulum import Pendulum as Pendulum, PendulumState as PendulumState
 from ._registry import (
     make as make,
     register as register,
     registered_names as registered_names,
 )
 from ._render import save_gif as save_gif
-from ._snake import Snake as Snake, SnakeState as SnakeState
 from ._spaces import (
     AbstractSpace as AbstractSpace,
     Box as Box,
@@ -62,10 +32,6 @@ from ._spaces import (
     Discrete as Discrete,
     Tuple as Tuple,
     is_leaf_space as is_leaf_space,
-)
-from ._treasure_hunt import (
-    TreasureHunt as TreasureHunt,
-    TreasureHuntState as TreasureHuntState,
 )
 from ._types import TimeStep as TimeStep
 from ._wrappers import (
@@ -76,4 +42,40 @@ from ._wrappers import (
     RescaleAction as RescaleAction,
     TimeLimit as TimeLimit,
     TimeLimitState as TimeLimitState,
+)
+from .builtin import (
+    CartPole as CartPole,
+    CartPoleState as CartPoleState,
+    GridMaze as GridMaze,
+    GridMazeState as GridMazeState,
+    Pendulum as Pendulum,
+    PendulumState as PendulumState,
+    Snake as Snake,
+    SnakeState as SnakeState,
+    TreasureHunt as TreasureHunt,
+    TreasureHuntState as TreasureHuntState,
+)
+from .interop import (
+    FieldParity as FieldParity,
+    FromBrax as FromBrax,
+    FromGymnasium as FromGymnasium,
+    FromGymnasiumState as FromGymnasiumState,
+    FromGymnax as FromGymnax,
+    FromJaxMARL as FromJaxMARL,
+    FromJaxMARLState as FromJaxMARLState,
+    FromJumanji as FromJumanji,
+    GymnaxParams as GymnaxParams,
+    ParityReport as ParityReport,
+    ToBrax as ToBrax,
+    ToBraxState as ToBraxState,
+    ToGymnax as ToGymnax,
+    check_parity as check_parity,
+    from_brax as from_brax,
+    from_gymnasium as from_gymnasium,
+    from_gymnax as from_gymnax,
+    from_jaxmarl as from_jaxmarl,
+    from_jumanji as from_jumanji,
+    to_brax as to_brax,
+    to_gymnasium as to_gymnasium,
+    to_gymnax as to_gymnax,
 )

@@ -1,12 +1,12 @@
 from collections.abc import Callable
 
-from ._cartpole import CartPole
 from ._environment import AbstractEnvironment
-from ._grid_maze import GridMaze
-from ._pendulum import Pendulum
-from ._snake import Snake
-from ._treasure_hunt import TreasureHunt, treasure_hunt_preset
 from ._wrappers import TimeLimit
+from .builtin._cartpole import CartPole
+from .builtin._grid_maze import GridMaze
+from .builtin._pendulum import Pendulum
+from .builtin._snake import Snake
+from .builtin._treasure_hunt import TreasureHunt, treasure_hunt_preset
 
 _REGISTRY: dict[str, Callable[..., AbstractEnvironment]] = {}
 

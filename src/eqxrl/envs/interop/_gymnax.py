@@ -19,10 +19,10 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree
 
-from ._environment import AbstractEnvironment, unwrap
-from ._spaces import AbstractSpace, Box, Discrete
-from ._types import TimeStep
-from ._wrappers import AutoReset, TimeLimit
+from .._environment import AbstractEnvironment, unwrap
+from .._spaces import AbstractSpace, Box, Discrete
+from .._types import TimeStep
+from .._wrappers import AutoReset, TimeLimit
 
 # A step count no episode reaches: gymnax 0.x's time limit "switched off".
 _NO_LIMIT = 2**31 - 1

@@ -3,11 +3,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8
 
-from ._checks import check_action
-from ._environment import AbstractEnvironment
-from ._render import disc, paint
-from ._spaces import Box, Discrete
-from ._types import TimeStep
+from .._checks import check_action
+from .._environment import AbstractEnvironment
+from .._render import disc, paint
+from .._spaces import Box, Discrete
+from .._types import TimeStep
 
 DEFAULT_LAYOUT = (
     "S..#G",

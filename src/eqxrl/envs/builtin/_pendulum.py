@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, UInt8
 
-from .._config import float32
-from ._environment import AbstractEnvironment
-from ._render import disc, line_segment, paint
-from ._spaces import Box
-from ._types import TimeStep
+from ..._config import float32
+from .._environment import AbstractEnvironment
+from .._render import disc, line_segment, paint
+from .._spaces import Box
+from .._types import TimeStep
 
 
 class PendulumState(eqx.Module):

@@ -16,10 +16,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ._checks import describe
-from ._environment import AbstractEnvironment
-from ._spaces import AbstractSpace, Box, Dict, Discrete, Tuple
-from ._wrappers import AutoReset
+from .._checks import describe
+from .._environment import AbstractEnvironment
+from .._spaces import AbstractSpace, Box, Dict, Discrete, Tuple
+from .._wrappers import AutoReset
 
 _RENDER_FPS = 30
 

@@ -18,9 +18,9 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, PRNGKeyArray, PyTree, UInt32
 
-from ._environment import AbstractEnvironment
-from ._spaces import AbstractSpace, Box, Dict, Discrete, Tuple, is_leaf_space
-from ._types import TimeStep
+from .._environment import AbstractEnvironment
+from .._spaces import AbstractSpace, Box, Dict, Discrete, Tuple, is_leaf_space
+from .._types import TimeStep
 
 _UNBOUND = -1  # `episode` of a state no host environment runs yet
 _OK, _UNKNOWN_EPISODE, _STALE_STATE = 0, 1, 2

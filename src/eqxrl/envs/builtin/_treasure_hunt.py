@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, UInt8
 
-from .._config import float32, in_range
-from .._random import random_bits, split, uniform
-from ._checks import check_action
-from ._environment import AbstractMultiAgentEnvironment
-from ._spaces import Box, Discrete
-from ._types import TimeStep
+from ..._config import float32, in_range
+from ..._random import random_bits, split, uniform
+from .._checks import check_action
+from .._environment import AbstractMultiAgentEnvironment
+from .._spaces import Box, Discrete
+from .._types import TimeStep
 
 # Entity codes, in the order of Sorrel's `entity_list` for treasurehunt, so that the
 # one-hot channel of an entity is its code.

@@ -20,11 +20,11 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, PRNGKeyArray, PyTree, Shaped
 
-from ._checks import check_action
-from ._environment import AbstractMultiAgentEnvironment
-from ._interop import legacy_key, make_by_name, strongly_typed
-from ._spaces import AbstractSpace, Box, Discrete
-from ._types import TimeStep
+from .._checks import check_action
+from .._environment import AbstractMultiAgentEnvironment
+from .._spaces import AbstractSpace, Box, Discrete
+from .._types import TimeStep
+from ._common import legacy_key, make_by_name, strongly_typed
 
 # The key of JaxMARL's `dones` (and of some environments' rewards) for the whole
 # episode rather than one agent.

@@ -14,11 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, PRNGKeyArray, PyTree
 
-from ._checks import check_action
-from ._environment import AbstractEnvironment
-from ._interop import legacy_key, make_by_name, strongly_typed
-from ._spaces import AbstractSpace, Box, Dict, Discrete
-from ._types import TimeStep
+from .._checks import check_action
+from .._environment import AbstractEnvironment
+from .._spaces import AbstractSpace, Box, Dict, Discrete
+from .._types import TimeStep
+from ._common import legacy_key, make_by_name, strongly_typed
 
 # The observation field that Jumanji environments put their action mask in.
 _MASK = "action_mask"

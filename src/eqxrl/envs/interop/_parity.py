@@ -11,8 +11,8 @@ import jax
 import jax.random as jr
 import numpy as np
 
-from ._checks import describe
-from ._environment import AbstractEnvironment
+from .._checks import describe
+from .._environment import AbstractEnvironment
 
 
 @dataclasses.dataclass

@@ -2,12 +2,12 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt8, UInt32
 
-from .._config import float32
-from .._random import random_bits
-from ._checks import check_action
-from ._environment import AbstractEnvironment
-from ._spaces import Box, Discrete
-from ._types import TimeStep
+from ..._config import float32
+from ..._random import random_bits
+from .._checks import check_action
+from .._environment import AbstractEnvironment
+from .._spaces import Box, Discrete
+from .._types import TimeStep
 
 
 def _indicator(condition: Bool[Array, ""]) -> Int[Array, ""]:

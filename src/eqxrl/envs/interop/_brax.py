@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, PyTree
 
-from ._checks import skip_action_checks
-from ._environment import AbstractEnvironment, unwrap
-from ._interop import is_typed_key, legacy_key, strongly_typed
-from ._spaces import AbstractSpace, Box, Dict, Discrete, Tuple, is_leaf_space
-from ._types import TimeStep
-from ._wrappers import AutoReset, TimeLimit
+from .._checks import skip_action_checks
+from .._environment import AbstractEnvironment, unwrap
+from .._spaces import AbstractSpace, Box, Dict, Discrete, Tuple, is_leaf_space
+from .._types import TimeStep
+from .._wrappers import AutoReset, TimeLimit
+from ._common import is_typed_key, legacy_key, strongly_typed
 
 _INSTALL = "pip install 'eqxrl[brax]'"
 

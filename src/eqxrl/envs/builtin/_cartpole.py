@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, UInt8
 
-from .._config import float32
-from ._checks import check_action
-from ._environment import AbstractEnvironment
-from ._render import disc, line_segment, paint, rectangle
-from ._spaces import Box, Discrete
-from ._types import TimeStep
+from ..._config import float32
+from .._checks import check_action
+from .._environment import AbstractEnvironment
+from .._render import disc, line_segment, paint, rectangle
+from .._spaces import Box, Discrete
+from .._types import TimeStep
 
 
 class CartPoleState(eqx.Module):
