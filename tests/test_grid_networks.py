@@ -39,7 +39,7 @@ def test_outputs_masking_gradients_and_positions(make, key):
 
     @jax.jit
     def run(key):
-        # Initialization under vmap (one batched QR per network, no LAPACK per layer).
+        # Initialization under vmap (no LAPACK call: see test_no_lapack).
         networks = eqx.filter_vmap(lambda key: make(shape, key))(jr.split(key, 2))
         arrays, static = eqx.partition(networks, eqx.is_array)
         network = eqx.combine(jax.tree.map(lambda x: x[0], arrays), static)

@@ -1,10 +1,17 @@
+import math
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
 
-from eqxrl.nn import MLPActorCritic, batch_size_hint, orthogonal_matrices
+from eqxrl.nn import (
+    MLPActorCritic,
+    batch_size_hint,
+    householder_orthonormal_columns,
+    orthogonal_matrices,
+)
 
 
 @pytest.mark.parametrize(
@@ -18,6 +25,84 @@ def test_orthogonal_matrices_are_orthogonal(shapes):
         m = np.asarray(matrix) / 2.0
         gram = m.T @ m if rows >= columns else m @ m.T
         np.testing.assert_allclose(gram, np.eye(min(rows, columns)), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shapes", [[(64, 4), (64, 64), (2, 64), (1, 64)], [(3, 7), (7, 3), (1, 1), (5, 5)]]
+)
+def test_orthogonal_matrices_equal_jax_initializer_for_the_same_keys(shapes):
+    scales = [math.sqrt(2.0), 0.01, 1.0, 3.0][: len(shapes)]
+    key = jr.key(7)
+    matrices = orthogonal_matrices(key, shapes, scales)
+    keys = jr.split(key, len(shapes))
+    for index, (shape, scale) in enumerate(zip(shapes, scales)):
+        expected = jax.nn.initializers.orthogonal(scale)(keys[index], shape)
+        np.testing.assert_allclose(matrices[index], expected, atol=1e-5 * scale)
+
+
+def _haar_entry_cdf(t, n):
+    """CDF of one coordinate of a uniform point on the unit sphere of R^n: its
+    square is Beta(1/2, (n - 1)/2) and its sign is fair."""
+    t = np.clip(t, -1.0, 1.0)
+    tail = np.asarray(jax.scipy.special.betainc(0.5, (n - 1) / 2.0, t * t))
+    return 0.5 + 0.5 * np.sign(t) * tail
+
+
+def _kolmogorov_smirnov(samples, cdf) -> float:
+    samples = np.sort(samples)
+    count = len(samples)
+    values = cdf(samples)
+    above = np.arange(1, count + 1) / count - values
+    below = values - np.arange(count) / count
+    return float(max(above.max(), below.max()))
+
+
+def test_orthogonal_matrices_are_haar_distributed():
+    """The statistics of Haar-distributed orthogonal matrices, on 4,000 draws (fixed
+    keys: deterministic): every column of a tall matrix (every row of a wide one) is
+    uniform on the sphere, so each entry has the distribution `_haar_entry_cdf`; and
+    for a square O(6) matrix the traces of its powers have the moments Diaconis and
+    Shahshahani give, E tr Q = E tr Q^3 = 0, E (tr Q)^2 = E tr Q^2 = 1. Without the
+    sign correction of the QR factors the first entry would always be negative."""
+    draws = 4000
+    shapes = [(6, 6), (7, 3), (3, 7)]
+    matrices = jax.vmap(lambda key: orthogonal_matrices(key, shapes, [1.0] * 3))(
+        jr.split(jr.key(11), draws)
+    )
+    # Kolmogorov-Smirnov at the 0.1% level.
+    critical = 1.949 / math.sqrt(draws)
+    for (rows, columns), matrix in zip(shapes, matrices):
+        matrix = np.asarray(matrix)
+        sphere = max(rows, columns)
+        for i, j in [(0, 0), (rows - 1, columns - 1), (1, 2)]:
+            statistic = _kolmogorov_smirnov(
+                matrix[:, i, j], lambda t: _haar_entry_cdf(t, sphere)
+            )
+            assert statistic < critical, ((rows, columns), (i, j), statistic)
+    square = np.asarray(matrices[0], np.float64)
+    trace = np.trace(square, axis1=1, axis2=2)
+    squared = square @ square
+    trace_of_square = np.trace(squared, axis1=1, axis2=2)
+    trace_of_cube = np.trace(squared @ square, axis1=1, axis2=2)
+    standard_error = 1.0 / math.sqrt(draws)
+    assert abs(trace.mean()) < 4 * standard_error
+    assert abs((trace**2).mean() - 1.0) < 4 * math.sqrt(2.0) * standard_error
+    assert abs(trace_of_square.mean() - 1.0) < 4 * math.sqrt(2.0) * standard_error
+    assert abs(trace_of_cube.mean()) < 4 * math.sqrt(3.0) * standard_error
+
+
+def test_householder_factor_is_orthonormal_for_ill_conditioned_matrices():
+    # Columns nearly parallel (condition number about 1e6): Gram-Schmidt would lose
+    # orthogonality here; Householder reflections keep it to float precision.
+    base = jr.normal(jr.key(0), (48, 1))
+    matrix = base + 1e-6 * jr.normal(jr.key(1), (48, 16))
+    q = np.asarray(householder_orthonormal_columns(matrix), np.float64)
+    np.testing.assert_allclose(q.T @ q, np.eye(16), atol=1e-5)
+
+
+def test_householder_factor_refuses_a_wide_matrix():
+    with pytest.raises(ValueError, match="pass its transpose"):
+        householder_orthonormal_columns(jnp.ones((2, 3)))
 
 
 def test_orthogonal_matrices_differ_between_layers_and_keys():

@@ -287,9 +287,8 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
         """
         traced = isinstance(key, jax.core.Tracer)
         if mesh is not None and not traced:
-            # The initial state is built on one device, then spread over the
-            # mesh: built on every device at once, the orthogonal initializations'
-            # LAPACK calls can deadlock XLA's CPU thread pool.
+            # The initial state is built on one device (small, and built once),
+            # then spread over the mesh by the one placement rule, place_state.
             self.check_mesh(mesh)
             state = jit_with_options(_init, self.compiler_options)(self, key)
             state = self.place_state(state, mesh)

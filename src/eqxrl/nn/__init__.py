@@ -6,7 +6,10 @@ from ._actor_critic import (
     MLPGaussianActorCritic as MLPGaussianActorCritic,
 )
 from ._cnn import CNNActorCritic as CNNActorCritic
-from ._init import orthogonal_matrices as orthogonal_matrices
+from ._init import (
+    householder_orthonormal_columns as householder_orthonormal_columns,
+    orthogonal_matrices as orthogonal_matrices,
+)
 from ._linear import batch_size_hint as batch_size_hint
 from ._multi_input import (
     MultiInputActorCritic as MultiInputActorCritic,

@@ -136,7 +136,7 @@ def _mlp_weights(
     actor_gain: float,
     critic_hidden_sizes: Sequence[int] | None = None,
 ) -> tuple[list[eqx.nn.Linear], list[eqx.nn.Linear]]:
-    """Actor and critic MLP layers, orthogonally initialized from one batched QR.
+    """Actor and critic MLP layers, orthogonally initialized (no LAPACK call).
 
     The actor has `hidden_sizes` hidden layers, the critic `critic_hidden_sizes`
     (`None`: the same)."""

@@ -28,7 +28,7 @@ def _he_uniform(
 def _policy_and_value_heads(
     key: PRNGKeyArray, in_features: int, num_actions: int
 ) -> tuple[eqx.nn.Linear, eqx.nn.Linear]:
-    """Linear actor and critic heads, orthogonal with gains 0.01 and 1 (one QR)."""
+    """Linear actor and critic heads, orthogonal with gains 0.01 and 1."""
     actor_weight, critic_weight = orthogonal_matrices(
         key, [(num_actions, in_features), (1, in_features)], [0.01, 1.0]
     )
