@@ -57,7 +57,8 @@ class Relay(MultiAgentEnv):
     """A tiny JaxMARL environment whose episodes end both ways: agent_0's action 2
     ends it (a termination), and `max_steps` steps end it (the time limit).
     agent_1's action 2 is available only on the first step; rewards are the step
-    count times the agent's number."""
+    count times the agent's number. agent_1 is done from step 2 on, before the
+    episode ends; the infos hold one entry of each kind the adapter converts."""
 
     def __init__(self, max_steps=3, agent_1_actions=3):
         super().__init__(num_agents=2)
@@ -86,9 +87,17 @@ class Relay(MultiAgentEnv):
             agent: (step * (i + 1)).astype(jnp.float32)
             for i, agent in enumerate(self.agents)
         }
-        dones = {agent: done for agent in self.agents}
-        dones["__all__"] = done
-        return self.get_obs(state), state, rewards, dones, {}
+        dones = {"agent_0": done, "agent_1": done | (step >= 2), "__all__": done}
+        infos = {
+            # keyed by agent: stacked in agent order
+            "distance": {"agent_1": 10.0 * step, "agent_0": -1.0 * step},
+            "step": step,  # the episode's: kept as it is
+            "bonus": 0.5,  # a Python number: a float32 array
+            "name": "relay",  # neither a number nor an array: dropped
+            # keyed by agent, different shapes: kept as a dict
+            "ragged": {"agent_0": jnp.zeros(2), "agent_1": jnp.ones(3) * step},
+        }
+        return self.get_obs(state), state, rewards, dones, infos
 
     def get_avail_actions(self, state):
         return {
@@ -117,7 +126,9 @@ def test_mpe_simple_spread_spaces_and_contract():
     assert timestep.reward.shape == (3,) and timestep.reward.dtype == jnp.float32
     assert timestep.terminated.shape == () and timestep.truncated.shape == ()
     assert timestep.action_mask is None  # MPE has no available actions
-    assert timestep.extras == {}
+    assert set(timestep.extras) == {"agent_dones", "info"}
+    assert timestep.extras["info"] == {}  # MPE's infos are empty
+    np.testing.assert_array_equal(timestep.extras["agent_dones"], [False] * 3)
 
 
 def test_matches_jaxmarl_step_by_step():
@@ -207,6 +218,58 @@ def test_termination_truncation_and_masks_on_a_relay():
         assert (bool(timestep.terminated), bool(timestep.truncated)) == want
     with pytest.raises(ValueError, match="time_limit=0 must be a positive int"):
         from_jaxmarl(Relay(), time_limit=0)
+
+
+def test_per_agent_dones_and_infos_are_extras():
+    """JaxMARL's per-agent dones and infos are in `extras`, with the same structure
+    after `reset` (zeros) as after `step`, through AutoReset and a compiled scan."""
+    env = from_jaxmarl(Relay())
+    check_environment(env)
+    state, timestep = env.reset(jr.key(0))
+    np.testing.assert_array_equal(timestep.extras["agent_dones"], [False, False])
+    info = timestep.extras["info"]
+    assert set(info) == {"distance", "step", "bonus", "ragged"}  # "name" dropped
+    np.testing.assert_array_equal(info["distance"], [0.0, 0.0])
+    assert info["bonus"].dtype == jnp.float32 and float(info["bonus"]) == 0.0
+    assert set(info["ragged"]) == {"agent_0", "agent_1"}
+    reset_structure = jax.eval_shape(lambda: timestep)
+
+    dones = []
+    for t in range(1, 4):
+        state, timestep = env.step(state, jnp.array([0, 0], jnp.int32), jr.key(t))
+        assert jax.eval_shape(lambda: timestep) == reset_structure
+        dones.append(np.asarray(timestep.extras["agent_dones"]).tolist())
+        info = timestep.extras["info"]
+        # agent order, not the info dict's order
+        np.testing.assert_array_equal(info["distance"], [-t, 10.0 * t])
+        assert info["distance"].dtype == jnp.float32
+        assert int(info["step"]) == t and info["step"].dtype == jnp.int32
+        assert float(info["bonus"]) == 0.5
+        np.testing.assert_array_equal(info["ragged"]["agent_1"], [t, t, t])
+    # agent_1 is done from step 2, before the episode ends on step 3.
+    assert dones == [[False, False], [False, True], [True, True]]
+    assert bool(timestep.truncated)
+
+    # AutoReset keeps the final step's extras on the step that resets, and a
+    # compiled scan carries the timestep from reset to step.
+    auto = AutoReset(env)
+
+    @eqx.filter_jit
+    def rollout(key):
+        carry = auto.reset(key)
+
+        def body(carry, key):
+            state, _ = carry
+            state, timestep = auto.step(state, jnp.array([0, 0], jnp.int32), key)
+            return (state, timestep), timestep
+
+        return lax.scan(body, carry, jr.split(key, 7))[1]
+
+    timesteps = rollout(jr.key(0))
+    agent_dones = np.asarray(timesteps.extras["agent_dones"])
+    np.testing.assert_array_equal(agent_dones[:, 0], [0, 0, 1, 0, 0, 1, 0])
+    np.testing.assert_array_equal(agent_dones[:, 1], [0, 1, 1, 0, 1, 1, 0])
+    np.testing.assert_array_equal(timesteps.extras["info"]["step"], [1, 2, 3] * 2 + [1])
 
 
 def test_action_checks():
@@ -306,6 +369,31 @@ def test_differing_spaces_name_the_agents():
         r"has Discrete\(4\)",
     ):
         from_jaxmarl(Relay(agent_1_actions=4))
+
+
+class RelayWithInfoObservation(Relay):
+    """A Relay whose observations have an entry of no agent named "info"."""
+
+    def get_obs(self, state):
+        return {**super().get_obs(state), "info": jnp.zeros(1)}
+
+
+class RelayWithoutAgentDones(Relay):
+    """A Relay whose `dones` has only the episode's flag."""
+
+    def step_env(self, key, state, actions):
+        observations, state, rewards, dones, infos = super().step_env(
+            key, state, actions
+        )
+        return observations, state, rewards, {"__all__": dones["__all__"]}, infos
+
+
+def test_extras_names_and_missing_dones_are_refused():
+    with pytest.raises(ValueError, match=r"entries named \['info'\], the extras"):
+        from_jaxmarl(RelayWithInfoObservation())
+    env = from_jaxmarl(RelayWithoutAgentDones())
+    with pytest.raises(ValueError, match="returns no done for agent_0 and agent_1"):
+        env.reset(jr.key(0))
 
 
 def test_unsupported_spaces_and_wrappers_are_refused():

@@ -9,7 +9,7 @@ import contextlib
 import numbers
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any, Literal
 
@@ -17,6 +17,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, PRNGKeyArray, PyTree, Shaped
 
@@ -29,6 +30,11 @@ from ._common import legacy_key, make_by_name, strongly_typed
 # The key of JaxMARL's `dones` (and of some environments' rewards) for the whole
 # episode rather than one agent.
 _ALL = "__all__"
+
+# Where the adapter puts JaxMARL's per-agent `dones` and its `infos` in
+# `TimeStep.extras`; observation entries of no agent may not take these names.
+_AGENT_DONES = "agent_dones"
+_INFO = "info"
 
 
 def _jaxmarl() -> ModuleType:
@@ -128,6 +134,49 @@ def _box(space: Any, shape: tuple[int, ...], where: str) -> Box:
     return Box(low, high)
 
 
+def _is_value(x: Any) -> bool:
+    """Whether an info leaf is a number or an array (what a TimeStep can carry)."""
+    return isinstance(x, jax.Array | np.ndarray | np.generic | numbers.Number)
+
+
+def _stacked(values: list[PyTree]) -> PyTree | None:
+    """Per-agent values stacked along a new leading axis, or `None` where they
+    differ in structure, shape or dtype (they cannot be stacked)."""
+    structures = {jtu.tree_structure(value) for value in values}
+    if len(structures) != 1:
+        return None
+    columns = zip(*(jtu.tree_leaves(value) for value in values), strict=True)
+    for column in columns:
+        if len({(jnp.shape(x), jnp.result_type(x)) for x in column}) != 1:
+            return None
+    return jtu.tree_map(lambda *xs: jnp.stack(xs), *values)
+
+
+def _info_tree(info: Any, agents: list[str]) -> PyTree | None:
+    """JaxMARL's `infos` as TimeStep extras: dicts keyed by exactly the agents
+    stacked in `agents` order (kept as dicts where the agents' values differ in
+    shape or dtype), numbers and arrays as strongly typed arrays, other leaves
+    (strings, objects) dropped (`None`)."""
+    if isinstance(info, Mapping):
+        converted = {}
+        for key, value in info.items():
+            value = _info_tree(value, agents)
+            if value is not None:
+                converted[key] = value
+        if set(info) == set(agents) and set(converted) == set(agents):
+            stacked = _stacked([converted[agent] for agent in agents])
+            if stacked is not None:
+                return stacked
+        return converted
+    if _is_value(info):
+        return strongly_typed(info)
+    if jtu.treedef_is_leaf(jtu.tree_structure(info)):
+        return None
+    return jtu.tree_map(
+        lambda leaf: strongly_typed(leaf) if _is_value(leaf) else None, info
+    )
+
+
 @contextlib.contextmanager
 def _jaxmarl_rules() -> Iterator[None]:
     """JAX's default promotion rules, under which JaxMARL's code is written (it
@@ -184,6 +233,20 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
       or `get_legal_moves` (Hanabi), its masks of the new state, stacked, are
       `timestep.action_mask` (bool `[num_agents, num_actions]`, `True` where an
       action is available); otherwise `None`.
+    - **Per-agent dones**: `dones[agent]` stacked, bool `[num_agents]`, in
+      `timestep.extras["agent_dones"]` (all `False` after `reset`). An agent may be
+      done before the episode ends (a dead SMAX unit); the episode's own end is
+      `terminated`/`truncated` (below).
+    - **Infos**: JaxMARL's `infos` dict, in `timestep.extras["info"]` with its own
+      keys (e.g. Overcooked's `extras["info"]["shaped_reward"]`). A dict keyed by
+      exactly the agents becomes an array stacked in the agents' order
+      (`[num_agents, *shape]`), or stays a dict where the agents' values differ in
+      shape or dtype; numbers and arrays become strongly typed arrays (an array
+      with a leading agent axis, JaxNav's, is already in the agents' order);
+      leaves that are neither (strings, objects) are dropped. After `reset` every
+      leaf is zero: the structure comes from tracing one `step_env` abstractly
+      (`jax.eval_shape`, which runs nothing), so `reset` and `step` return the same
+      pytree, as a `lax.scan` and [`AutoReset`][eqxrl.envs.AutoReset] need.
     - **Spaces** describe one agent and must be the same for every agent: a
       `ValueError` names the agents that differ otherwise. `Discrete` and `Box`
       spaces convert (a `Box` to a float32 [`Box`][eqxrl.envs.Box] with JaxMARL's
@@ -211,9 +274,9 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
 
     JaxMARL's code runs under JAX's default promotion rules (rank promotion
     allowed, standard dtype promotion), which it is written for, whatever the
-    caller's settings. JaxMARL's per-agent `dones` and `infos` are dropped, as is
-    rendering (JaxMARL draws with matplotlib on the host). JaxMARL's own wrappers
-    (`LogWrapper`, ...) are refused: eqxrl's wrappers do their work.
+    caller's settings. Rendering is not implemented (JaxMARL draws with matplotlib
+    on the host). JaxMARL's own wrappers (`LogWrapper`, ...) are refused: eqxrl's
+    wrappers do their work.
 
     **Arguments:**
 
@@ -312,6 +375,13 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
                 f"from_jaxmarl: {self._env_name}'s reset returns no observation for "
                 f"{_names(missing)}."
             )
+        taken = sorted({_AGENT_DONES, _INFO} & (set(observations) - set(env.agents)))
+        if taken:
+            raise ValueError(
+                f"from_jaxmarl: {self._env_name}'s observations have entries named "
+                f"{taken}, the extras where the adapter keeps JaxMARL's per-agent "
+                "dones and infos; rename them in the environment."
+            )
         groups = _agent_groups(env, lambda agent: observations[agent].shape)
         if len(groups) > 1:
             self._refuse_differing(
@@ -384,6 +454,8 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         reward: Array,
         terminated: Array,
         truncated: Array,
+        agent_dones: Bool[Array, " num_agents"],
+        info: PyTree,
     ) -> TimeStep:
         agents = self.jaxmarl_env.agents
         dtype = self.observation_space.dtype
@@ -398,6 +470,8 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
             for name, value in observations.items()
             if name not in agents
         }
+        extras[_AGENT_DONES] = agent_dones
+        extras[_INFO] = info
         return TimeStep(
             observation=observation,
             reward=reward,
@@ -407,6 +481,38 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
             extras=extras,
         )
 
+    def _step_env(
+        self, key: PRNGKeyArray, env_state: PyTree, action: Array
+    ) -> tuple[dict[str, Any], PyTree, dict[str, Any], dict[str, Any], PyTree]:
+        """JaxMARL's `step_env` with the key JaxMARL's `step` would give it, the
+        action split per agent, and its info converted to extras."""
+        agents = self.jaxmarl_env.agents
+        actions = {agent: action[i] for i, agent in enumerate(agents)}
+        # JaxMARL's `step` splits its key into the transition's and a reset's.
+        step_key, _ = jr.split(legacy_key(key))
+        with _jaxmarl_rules():
+            observations, env_state, rewards, dones, info = self.jaxmarl_env.step_env(
+                step_key, env_state, actions
+            )
+        missing = [name for name in (*agents, _ALL) if name not in dones]
+        if missing:
+            raise ValueError(
+                f"FromJaxMARL: {self._env_name}'s step_env returns no done for "
+                f"{_names(missing)}; a JaxMARL environment's `dones` has one per "
+                f"agent and {_ALL!r} for the episode."
+            )
+        return observations, env_state, rewards, dones, _info_tree(info, agents)
+
+    def _info_zeros(self, key: PRNGKeyArray, env_state: PyTree) -> PyTree:
+        """Zeros shaped like `step`'s info, so that `reset` and `step` return the
+        same structure: one `step_env` traced abstractly, never run."""
+        space = self.action_space
+        action = jnp.zeros((self.num_agents, *space.shape), space.dtype)
+        shapes = jax.eval_shape(
+            lambda: self._step_env(key, env_state, action)[4],
+        )
+        return jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
     def reset(self, key: PRNGKeyArray) -> tuple[FromJaxMARLState, TimeStep]:
         with _jaxmarl_rules():
             observations, env_state = self.jaxmarl_env.reset(legacy_key(key))
@@ -414,7 +520,12 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         state = FromJaxMARLState(env_state=env_state, step_count=jnp.int32(0))
         false = jnp.bool_(False)
         reward = jnp.zeros(self.num_agents, jnp.float32)
-        return state, self._timestep(observations, env_state, reward, false, false)
+        agent_dones = jnp.zeros(self.num_agents, jnp.bool_)
+        info = self._info_zeros(key, env_state)
+        timestep = self._timestep(
+            observations, env_state, reward, false, false, agent_dones, info
+        )
+        return state, timestep
 
     def step(
         self,
@@ -436,13 +547,9 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
             )
         action = action.astype(space.dtype)
         agents = self.jaxmarl_env.agents
-        actions = {agent: action[i] for i, agent in enumerate(agents)}
-        # JaxMARL's `step` splits its key into the transition's and a reset's.
-        step_key, _ = jr.split(legacy_key(key))
-        with _jaxmarl_rules():
-            observations, env_state, rewards, dones, _ = self.jaxmarl_env.step_env(
-                step_key, state.env_state, actions
-            )
+        observations, env_state, rewards, dones, info = self._step_env(
+            key, state.env_state, action
+        )
         env_state = strongly_typed(env_state)
         step_count = state.step_count + 1
         done = jnp.reshape(jnp.asarray(dones[_ALL]), ()).astype(jnp.bool_)
@@ -453,9 +560,18 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         reward = jnp.stack(
             [jnp.reshape(jnp.asarray(rewards[agent]), ()) for agent in agents]
         ).astype(jnp.float32)
+        agent_dones = jnp.stack(
+            [jnp.reshape(jnp.asarray(dones[agent]), ()) for agent in agents]
+        ).astype(jnp.bool_)
         next_state = FromJaxMARLState(env_state=env_state, step_count=step_count)
         timestep = self._timestep(
-            observations, env_state, reward, done & ~truncated, truncated
+            observations,
+            env_state,
+            reward,
+            done & ~truncated,
+            truncated,
+            agent_dones,
+            info,
         )
         return next_state, timestep
 
@@ -474,7 +590,8 @@ def from_jaxmarl(
     `get_avail_actions` (or Hanabi's `get_legal_moves`) becomes
     `TimeStep.action_mask`; an episode that ends (`dones["__all__"]`) after at least
     `time_limit` steps (the environment's `max_steps`) is truncated, earlier it is
-    terminated. The agents must share their spaces. See
+    terminated; the per-agent dones are `extras["agent_dones"]` and JaxMARL's infos
+    `extras["info"]`. The agents must share their spaces. See
     [`FromJaxMARL`][eqxrl.envs.FromJaxMARL] for every rule and
     [multi-agent environments][multi-agent] for the conventions.
 
@@ -508,6 +625,7 @@ def from_jaxmarl(
         actions = jnp.array([0, 1, 4], jnp.int32)
         state, timestep = env.step(state, actions, jax.random.key(1))
         timestep.reward.shape  # (3,)
+        timestep.extras["agent_dones"]  # [False, False, False]
         ```
     """
     jaxmarl = _jaxmarl()
