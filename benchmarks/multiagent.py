@@ -434,24 +434,8 @@ def jaxmarl_ippo(options) -> None:
     }
     baseline = load_jaxmarl_baseline(path)
     env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
-    ppo = eqxrl.PPO(
-        env=env,
-        num_envs=config["NUM_ENVS"],
-        num_steps=config["NUM_STEPS"],
-        total_timesteps=total,
-        num_epochs=config["UPDATE_EPOCHS"],
-        num_minibatches=config["NUM_MINIBATCHES"],
-        learning_rate=config["LR"],
-        anneal_lr=config["ANNEAL_LR"],
-        gamma=config["GAMMA"],
-        gae_lambda=config["GAE_LAMBDA"],
-        clip_eps=config["CLIP_EPS"],
-        ent_coef=config["ENT_COEF"],
-        vf_coef=config["VF_COEF"],
-        max_grad_norm=config["MAX_GRAD_NORM"],
-        hidden_sizes=(64, 64),
-        activation=config["ACTIVATION"],
-    )
+    # The same keys as PureJaxRL's: 64x64 tanh MLP, Adam with annealing.
+    ppo = eqxrl.PPO.from_purejaxrl_config(env, config)
     # JaxMARL's baseline shares one network across agents: so does this one.
     ours = eqxrl.multiagent.Independent(ppo, share_parameters=True)
     steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps

@@ -7,9 +7,10 @@ environment, and eqxrl environments inside a PureJaxRL-style loop.
 
 Three steps of a migration (see docs/migrating-from-purejaxrl.md):
 
-1. PureJaxRL's `config` dict becomes `eqxrl.PPO(...)` keyword arguments; the
-   network (64x64 tanh MLP, orthogonal init), the optimizer (Adam, eps 1e-5, global
-   norm clip, linear annealing) and the loss are the same as in PureJaxRL's `ppo.py`.
+1. PureJaxRL's `config` dict goes to `eqxrl.PPO.from_purejaxrl_config` unchanged
+   (or becomes `eqxrl.PPO(...)` keyword arguments); the network (64x64 tanh MLP,
+   orthogonal init), the optimizer (Adam, eps 1e-5, global norm clip, linear
+   annealing) and the loss are the same as in PureJaxRL's `ppo.py`.
 2. `gymnax.make(ENV_NAME)` becomes `eqxrl.envs.from_gymnax(*gymnax.make(ENV_NAME))`.
 3. Code of your own that drives a gymnax environment keeps working with eqxrl's
    environments through `eqxrl.envs.to_gymnax`.
@@ -50,29 +51,6 @@ PUREJAXRL_CONFIG = {
 }
 
 
-def ppo_from_purejaxrl(config: dict) -> eqxrl.PPO:
-    """`eqxrl.PPO` with the settings of a PureJaxRL PPO config."""
-    if config["ACTIVATION"] != "tanh":
-        raise ValueError("this mapping keeps eqxrl's default tanh MLP")
-    env = eqxrl.envs.from_gymnax(*gymnax.make(config["ENV_NAME"]))
-    return eqxrl.PPO(
-        env=env,
-        learning_rate=config["LR"],
-        num_envs=config["NUM_ENVS"],
-        num_steps=config["NUM_STEPS"],
-        total_timesteps=int(config["TOTAL_TIMESTEPS"]),
-        num_epochs=config["UPDATE_EPOCHS"],
-        num_minibatches=config["NUM_MINIBATCHES"],
-        gamma=config["GAMMA"],
-        gae_lambda=config["GAE_LAMBDA"],
-        clip_eps=config["CLIP_EPS"],
-        ent_coef=config["ENT_COEF"],
-        vf_coef=config["VF_COEF"],
-        max_grad_norm=config["MAX_GRAD_NORM"],
-        anneal_lr=config["ANNEAL_LR"],
-    )
-
-
 def purejaxrl_style_rollout(env, env_params, num_envs: int, num_steps: int, rng):
     """The environment half of PureJaxRL's `_env_step`, unchanged in style: gymnax
     argument order, `jax.vmap` over environments, `lax.scan` over steps (a random
@@ -106,7 +84,8 @@ def main() -> None:
 
     # 1 + 2: PureJaxRL's `jax.jit(jax.vmap(make_train(config)))(rngs)`.
     config = {**PUREJAXRL_CONFIG, "TOTAL_TIMESTEPS": args.total_timesteps}
-    ppo = ppo_from_purejaxrl(config)
+    env = eqxrl.envs.from_gymnax(*gymnax.make(config["ENV_NAME"]))
+    ppo = eqxrl.PPO.from_purejaxrl_config(env, config)
     keys = jr.split(jr.key(30), args.seeds)
     start = time.perf_counter()
     _, metrics = eqx.filter_vmap(ppo.train)(keys)

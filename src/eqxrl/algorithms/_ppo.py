@@ -1,6 +1,7 @@
 import contextlib
+import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import equinox as eqx
@@ -49,6 +50,7 @@ from ._checks import (
     samples_only_valid_actions,
 )
 from ._metrics import ended_episode_metrics
+from ._purejaxrl_config import purejaxrl_ppo_arguments
 from ._returns import compute_gae
 from ._row_blocks import cpu_row_blocks, map_over_row_blocks, mean_over_row_blocks
 
@@ -414,6 +416,93 @@ class PPO(AbstractAlgorithm[PPOState]):
             ```
         """
         return cls(**brax_ppo_arguments(env, brax_arguments, ACTIVATIONS))
+
+    @classmethod
+    def from_purejaxrl_config(
+        cls, env: AbstractEnvironment, config: Mapping[str, Any], **overrides: Any
+    ) -> "PPO":
+        """PPO configured by a [PureJaxRL](https://github.com/luchris429/purejaxrl)
+        PPO `config` dict (`purejaxrl/ppo.py`, `ppo_continuous_action.py`), or a
+        [JaxMARL](https://github.com/FLAIROx/JaxMARL) IPPO one (e.g.
+        `baselines/IPPO/config/ippo_ff_mpe.yaml`, which uses the same keys; wrap
+        the result in [`Independent`][eqxrl.multiagent.Independent]).
+
+        The keys become PPO's arguments (the table is in
+        [Migrating from PureJaxRL][purejaxrl-config]):
+
+        - `LR`, `NUM_ENVS`, `NUM_STEPS`, `TOTAL_TIMESTEPS` (a whole number: `5e5`
+          is accepted), `UPDATE_EPOCHS`, `NUM_MINIBATCHES`, `GAMMA`, `GAE_LAMBDA`,
+          `CLIP_EPS`, `ENT_COEF`, `VF_COEF`, `MAX_GRAD_NORM`, `ANNEAL_LR` become
+          `learning_rate`, `num_envs`, `num_steps`, `total_timesteps`,
+          `num_epochs`, `num_minibatches`, `gamma`, `gae_lambda`, `clip_eps`,
+          `ent_coef`, `vf_coef`, `max_grad_norm`, `anneal_lr`;
+        - `ACTIVATION` becomes `activation`, `"tanh"` or `"relu"` (the two
+          PureJaxRL's network knows; it takes any other value for tanh, here an
+          error);
+        - `NORMALIZE_ENV` (PureJaxRL's continuous-action script) becomes
+          `normalize_observations=True, normalize_rewards=True`;
+        - `SCALE_CLIP_EPS` (JaxMARL) divides `clip_eps` by the agent count;
+        - `NUM_UPDATES`, `MINIBATCH_SIZE` and `NUM_ACTORS`, which `make_train`
+          derives and writes into the config, are checked: a `ValueError` where
+          they disagree with the keys above (`MINIBATCH_SIZE` counts every agent's
+          transitions, as JaxMARL's does);
+        - `ENV_NAME`, `ENV_KWARGS`, `MAP_NAME`, `SEED`, `NUM_SEEDS`, `DEBUG`,
+          `ENTITY`, `PROJECT`, `WANDB_MODE`, `DEVICE`, `DISABLE_JIT` are ignored:
+          the environment is `env`, the seed is `train`'s key, the rest is the
+          script's bookkeeping.
+
+        The network is PPO's default MLP with PureJaxRL's layers: `(64, 64)` for
+        `Discrete` actions (`ppo.py`, JaxMARL's feed-forward IPPO), `(256, 256)`
+        for `Box` actions (`ppo_continuous_action.py`); the optimizer (Adam, eps
+        1e-5, after global-norm clipping), the linear annealing, the clipped value
+        loss and the per-minibatch advantage normalization are PPO's own, which
+        are PureJaxRL's. A key left out takes PPO's default, which is the value of
+        PureJaxRL's `ppo.py` CartPole config. Any other key (an RNN's
+        `GRU_HIDDEN_DIM`, Overcooked's `REW_SHAPING_HORIZON`, ...) is a
+        `ValueError` naming it. One difference stays: PureJaxRL's `done` merges
+        termination and truncation, while eqxrl bootstraps through truncation
+        (see [Migrating from PureJaxRL](../migrating-from-purejaxrl.md)).
+
+        **Arguments:**
+
+        - `env`: the eqxrl environment (e.g. `eqxrl.envs.from_gymnax(*gymnax.make(
+          config["ENV_NAME"]))` or `eqxrl.envs.from_jaxmarl(config["ENV_NAME"],
+          **config["ENV_KWARGS"])`).
+        - `config`: the config dict, as written (JaxMARL's `make_train` divides
+          `CLIP_EPS` in place under `SCALE_CLIP_EPS`: pass the config before).
+        - `**overrides`: PPO keyword arguments that replace the translated ones or
+          add to them (e.g. `network_factory=...`).
+
+        **Returns:**
+
+        The `PPO`.
+
+        **Raises:**
+
+        `ValueError` naming a key that cannot be translated, a count that is not a
+        whole number, a flag that is not a bool, or a derived key that disagrees.
+
+        !!! example
+
+            ```python
+            config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128,
+                      "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,
+                      "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95,
+                      "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5,
+                      "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh",
+                      "ENV_NAME": "CartPole-v1", "ANNEAL_LR": True}
+            env = eqxrl.envs.from_gymnax(*gymnax.make(config["ENV_NAME"]))
+            ppo = eqxrl.PPO.from_purejaxrl_config(env, config)
+            ppo.num_iterations  # 976, PureJaxRL's NUM_UPDATES
+            ```
+        """
+        defaults = {
+            field.name: field.default
+            for field in dataclasses.fields(cls)
+            if field.default is not dataclasses.MISSING
+        }
+        arguments = purejaxrl_ppo_arguments(env, config, defaults)
+        return cls(env=env, **{**arguments, **overrides})
 
     @property
     def steps_per_iteration(self) -> int:
