@@ -568,3 +568,28 @@ def test_independent_iqn_beats_random_on_treasure_hunt():
     ).summary()["return_mean"]
     assert 5 < random < 30  # two random walkers do pick items up
     assert np.sum(learned > random + 5) >= 3, (learned, random)
+
+
+def test_agent_major_gives_each_agent_its_own_per_agent_extras():
+    """Each agent's view keeps its own column of a per-agent extra (from_jaxmarl's
+    `agent_dones`), and a world extra repeated for every agent."""
+    from eqxrl.multiagent._agents import agent_major
+
+    num_envs, num_agents = 3, 2
+    dones = jnp.array([[True, False], [False, False], [False, True]])
+
+    def one_world(agent_dones, world):
+        return eqxrl.envs.TimeStep(
+            observation=jnp.zeros((num_agents, 4), jnp.float32),
+            reward=jnp.zeros(num_agents, jnp.float32),
+            terminated=jnp.bool_(False),
+            truncated=jnp.bool_(False),
+            extras={"agent_dones": agent_dones, "world": world},
+        )
+
+    timestep = jax.vmap(one_world)(dones, jnp.arange(num_envs))
+    per_agent = agent_major(timestep, num_agents)
+    np.testing.assert_array_equal(per_agent.extras["agent_dones"], dones.T)
+    np.testing.assert_array_equal(
+        per_agent.extras["world"], np.tile(np.arange(num_envs), (num_agents, 1))
+    )

@@ -13,8 +13,14 @@ from ..envs import AbstractEnvironment, AbstractSpace, Box, TimeStep
 
 # The extras that belong to one agent (they mirror per-agent fields: AutoReset's
 # final observation, the final action mask kept by the Q-learners, EpisodeStatistics'
-# return, which has the reward's shape). Every other extra is about the world.
-PER_AGENT_EXTRAS = ("final_observation", "final_action_mask", "episode_return")
+# return, which has the reward's shape, from_jaxmarl's per-agent dones). Every other
+# extra is about the world.
+PER_AGENT_EXTRAS = (
+    "final_observation",
+    "final_action_mask",
+    "episode_return",
+    "agent_dones",
+)
 
 
 def _per_agent_fields(timestep: TimeStep) -> dict[str, bool]:
