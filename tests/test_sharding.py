@@ -1,5 +1,6 @@
 """Training over several devices: environments split over a mesh's `"envs"` axis
-(`train(key, mesh=mesh)`) give the run of one device; runs split over `"seeds"`
+(`train(key, mesh=mesh)`) give the run of one device (SAC's running observation
+statistics and independent learners included); runs split over `"seeds"`
 (`train_seeds`) give the runs of the one-device vmap without communicating; the
 Trainer over a mesh writes sharded checkpoints that resume exactly and load on one
 device. Devices are simulated (`--xla_force_host_platform_device_count=8`) in a
@@ -12,6 +13,7 @@ import sys
 import textwrap
 
 import jax
+import numpy as np
 import pytest
 
 import eqxrl
@@ -19,7 +21,9 @@ import eqxrl
 # optax.adam computes `b1 ** count` with an int32 count.
 STANDARD_DTYPE_PROMOTION = True
 
-SCRIPT = textwrap.dedent(
+# What every script below starts with: simulated devices, and how to compare and
+# describe the states it trains.
+PRELUDE = textwrap.dedent(
     """
     import json, os, sys
     os.environ["XLA_FLAGS"] = (
@@ -49,7 +53,11 @@ SCRIPT = textwrap.dedent(
     def mesh(shape, axes):
         count = int(np.prod(shape))
         return jax.make_mesh(shape, axes, devices=jax.devices()[:count])
+    """
+)
 
+SCRIPT = PRELUDE + textwrap.dedent(
+    """
     env = eqxrl.envs.make("CartPole-v1")
     value_based = dict(
         num_envs=8, total_timesteps=8 * 40, learning_starts=8 * 10,
@@ -149,21 +157,27 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
-def test_runs_over_devices_match_the_one_device_runs(tmp_path):
-    script = tmp_path / "sharded.py"
-    script.write_text(SCRIPT)
+def run_script(script: str, tmp_path) -> dict:
+    """Run `script` in a process of its own (8 simulated CPU devices); the JSON
+    object its last line prints."""
+    path = tmp_path / "sharded.py"
+    path.write_text(script)
     environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "runs")],
+        [sys.executable, str(path), str(tmp_path / "runs")],
         capture_output=True,
         text=True,
         timeout=500,
         env=environment,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    results = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.compile_bound
+def test_runs_over_devices_match_the_one_device_runs(tmp_path):
+    results = run_script(SCRIPT, tmp_path)
 
     for name in ("PPO 8", "DQN 8", "IQN 2"):
         run = results[f"envs {name}"]
@@ -199,6 +213,130 @@ def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     assert "6 runs (seeds) do not split evenly over the mesh's 4 'seeds'" in seeds
     assert "num_envs=8 does not split evenly over the mesh's 3" in trainer_mesh
     assert "eqxrl.train_seeds" in seeds_in_train
+
+
+# SAC's running observation statistics, and independent learners (their states
+# stacked on an agent axis, the worlds outside them), over an "envs" axis.
+SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
+    """
+    def agent(tree, index):
+        return jax.tree.map(lambda x: x[index] if eqx.is_array(x) else x, tree)
+
+    sac = eqxrl.SAC(
+        env=eqxrl.envs.make("Pendulum-v1"), num_envs=4, train_frequency=2,
+        gradient_steps=2, batch_size=16, buffer_size=256, learning_starts=32,
+        total_timesteps=80, hidden_sizes=(16,), target_entropy=-1.0,
+        normalize_observations=True,
+    )
+    reference, _ = sac.train(jax.random.key(0))
+    state, _ = sac.train(jax.random.key(0), mesh=mesh((4,), ("envs",)))
+    statistics = state.observation_statistics
+    # Every observation the run has seen is in its replay buffer (never full),
+    # `[rows, num_envs, 3]`; the first device holds the first environment.
+    buffer = state.buffer
+    seen = np.asarray(buffer.transitions.observation[: int(buffer.size)], np.float64)
+    results["SAC"] = {
+        "difference": difference(reference, state),
+        "statistics_difference": difference(
+            reference.observation_statistics, statistics
+        ),
+        "mean": np.asarray(statistics.mean).tolist(),
+        "var": np.asarray(statistics.var).tolist(),
+        "count": float(statistics.count),
+        "seen_mean": seen.mean(axis=(0, 1)).tolist(),
+        "seen_var": seen.var(axis=(0, 1)).tolist(),
+        "seen_count": seen.shape[0] * seen.shape[1],
+        "first_device_mean": seen[:, :1].mean(axis=(0, 1)).tolist(),
+        "num_updates": int(state.num_updates),
+        "env_spec": spec(state.env_state),
+        "buffer_spec": spec(buffer.transitions),
+        "statistics_spec": spec(statistics),
+        "weight_spec": spec(eqx.filter(state.actor, eqx.is_array)),
+    }
+
+    world = eqxrl.envs.make(
+        "TreasureHunt-v0", height=7, width=7, vision_radius=1, num_frames=2,
+        spawn_probability=0.05,
+    )
+    ppo = eqxrl.PPO(
+        env=world, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3, num_epochs=2,
+        num_minibatches=2, hidden_sizes=(16,), normalize_observations=True,
+    )
+    dqn = eqxrl.DQN(
+        env=world, num_envs=4, total_timesteps=4 * 8 * 4, train_frequency=8,
+        buffer_size=64, learning_starts=16, batch_size=8, n_step=1,
+        target_update_interval=2, hidden_sizes=(16,),
+    )
+    for name, algorithm, parameters in (
+        ("PPO", ppo, lambda learners: learners.model),
+        ("DQN", dqn, lambda learners: learners.network),
+    ):
+        independent = eqxrl.multiagent.Independent(algorithm)
+        initial = eqx.filter_jit(independent.init)(jax.random.key(0))
+        reference, _ = independent.train(jax.random.key(0))
+        state, _ = independent.train(jax.random.key(0), mesh=mesh((2,), ("envs",)))
+        learners = state.learners
+        results[f"Independent {name}"] = {
+            "difference": difference(reference, state),
+            "agents": [
+                difference(
+                    agent(parameters(reference.learners), index),
+                    agent(parameters(learners), index),
+                )
+                for index in range(independent.num_agents)
+            ],
+            "trained": difference(parameters(initial.learners), parameters(learners)),
+            "statistics_difference": difference(
+                reference.learners.observation_statistics,
+                learners.observation_statistics,
+            ) if name == "PPO" else None,
+            "env_spec": spec(state.env_state),
+            "timestep_spec": spec(learners.timestep),
+            "weight_spec": spec(eqx.filter(parameters(learners), eqx.is_array)),
+        }
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.compile_bound
+def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
+    """SAC with `normalize_observations` over 4 devices and independent PPO and DQN
+    over 2 give the one-device runs; SAC's statistics are those of every
+    environment's observations, not of one device's."""
+    results = run_script(SAC_AND_INDEPENDENT_SCRIPT, tmp_path)
+
+    sac = results["SAC"]
+    assert sac["env_spec"] == "('envs',)", sac
+    assert sac["buffer_spec"] == "(None, 'envs')", sac
+    assert sac["statistics_spec"] == "()", sac  # one copy, on every device
+    assert sac["weight_spec"] == "()", sac
+    assert sac["num_updates"] > 0, sac
+    # The same run, up to the order of float sums across devices.
+    assert sac["difference"] < 1e-4, sac
+    assert sac["statistics_difference"] < 1e-5, sac
+    # The statistics of all 4 environments' observations (the prior of the empty
+    # statistics, count 1e-4, shifts them by about 1e-6), which one device's
+    # environment alone does not give.
+    assert sac["count"] == pytest.approx(sac["seen_count"] + 1e-4), sac
+    np.testing.assert_allclose(sac["mean"], sac["seen_mean"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sac["var"], sac["seen_var"], rtol=1e-4, atol=1e-5)
+    assert np.max(np.abs(np.subtract(sac["first_device_mean"], sac["mean"]))) > 1e-2
+
+    for name in ("PPO", "DQN"):
+        run = results[f"Independent {name}"]
+        assert run["env_spec"] == "('envs',)", (name, run)
+        # The learners' views of the worlds: `[num_agents, num_envs, ...]`.
+        assert run["timestep_spec"] == "(None, 'envs')", (name, run)
+        assert run["weight_spec"] == "()", (name, run)
+        assert run["difference"] < 1e-4, (name, run)
+        # Each agent's parameters, which moved by about 1e-3 in these few
+        # updates, agree far closer than that (1e-8 measured).
+        assert run["trained"] > 1e-4, (name, run)
+        assert len(run["agents"]) == 2 and max(run["agents"]) < 1e-6, (name, run)
+    statistics = results["Independent PPO"]["statistics_difference"]
+    assert statistics < 1e-5, statistics
 
 
 def test_a_mesh_without_an_envs_axis_is_refused():

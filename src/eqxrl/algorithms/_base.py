@@ -139,6 +139,8 @@ class AbstractAlgorithm(eqx.Module, Generic[StateT]):
                 jax.tree.map(lambda _: 0, state.env_state),
                 jax.tree.map(lambda _: 0, state.timestep),
             ),
+            # A learner inside Independent holds no world: its env_state is None.
+            is_leaf=lambda node: node is None,
         )
 
     def check_mesh(self, mesh: Mesh, num_runs: int | None = None) -> None:
