@@ -525,6 +525,49 @@ def test_num_agents_of_single_agent_environments_is_none():
     assert ScalarRewardPair().num_agents == 2
 
 
+def test_wrappers_forward_num_agents():
+    """`env.num_agents` answers through every wrapper layer (a user types it before
+    looking for `num_agents_of`); around a single-agent environment it is an
+    AttributeError that names `num_agents_of`, so `hasattr` stays False."""
+    env = eqxrl.envs.make("TreasureHunt-v0", num_agents=3)
+    layers = [env, EpisodeStatistics(env), AutoReset(EpisodeStatistics(env))]
+    for wrapped in layers:
+        assert wrapped.num_agents == 3 == eqxrl.envs.num_agents_of(wrapped)
+    single = AutoReset(EpisodeStatistics(eqxrl.envs.make("CartPole-v1")))
+    assert not hasattr(single, "num_agents")
+    with pytest.raises(AttributeError, match=r"CartPole.*num_agents_of\(env\)"):
+        single.num_agents
+    assert eqxrl.envs.num_agents_of(single) is None
+
+
+def test_a_wrapper_cannot_declare_num_agents_as_a_field():
+    """The inherited property would make such a wrapper impossible to build; the
+    class statement says how to override it instead."""
+    with pytest.raises(TypeError, match="override.* with a property"):
+
+        class Renumbered(eqxrl.envs.AbstractWrapper):
+            env: eqxrl.envs.AbstractEnvironment
+            num_agents: int = 4
+
+    class Renumbered(
+        eqxrl.envs.AbstractWrapper, eqxrl.envs.AbstractMultiAgentEnvironment
+    ):
+        env: eqxrl.envs.AbstractEnvironment
+
+        @property
+        def num_agents(self) -> int:
+            return 4
+
+        def reset(self, key):
+            return self.env.reset(key)
+
+        def step(self, state, action, key):
+            return self.env.step(state, action, key)
+
+    renumbered = TimeLimit(Renumbered(ScalarRewardPair()), 5)
+    assert renumbered.num_agents == 4 == eqxrl.envs.num_agents_of(renumbered)
+
+
 def test_timestep_shapes_of_one_agent_or_several():
     false = jnp.bool_(False)
     TimeStep(jnp.zeros(3), jnp.zeros(2), false, false, jnp.ones((2, 4), bool))

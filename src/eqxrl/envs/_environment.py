@@ -1,4 +1,5 @@
 import abc
+import inspect
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
@@ -122,10 +123,24 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
 
     Wrappers compose, e.g. `AutoReset(EpisodeStatistics(TimeLimit(env, 500)))`.
     The spaces are those of the wrapped environment unless a wrapper overrides them;
-    `render` draws the wrapped environment's state (found with `inner_state`).
+    `render` draws the wrapped environment's state (found with `inner_state`);
+    `num_agents` is the wrapped multi-agent environment's.
     """
 
     env: eqx.AbstractVar[AbstractEnvironment]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A dataclass field cannot replace the inherited `num_agents` property (the
+        # instance could not be built: "property has no setter"), so say so where
+        # the class is written.
+        if "num_agents" in inspect.get_annotations(cls):
+            raise TypeError(
+                f"{cls.__name__} declares num_agents as a field, but wrappers "
+                "inherit it as a property from AbstractWrapper. A wrapper that "
+                "changes the number of agents overrides it with a property: "
+                "`@property def num_agents(self) -> int: ...`."
+            )
 
     def inner_state(self, state: PyTree) -> PyTree:
         """The wrapped environment's state inside this wrapper's state.
@@ -149,6 +164,37 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
         """The wrapped environment's action space."""
         return self.env.action_space
 
+    @property
+    def num_agents(self) -> int:
+        """The number of agents of the multi-agent environment inside, so that
+        `eqxrl.envs.make("TreasureHunt-v0").num_agents` answers through the
+        `TimeLimit` around it.
+
+        Wrappers forward this one static fact explicitly, the way they forward the
+        spaces, and nothing else (no `__getattr__`: an attribute of the wrapped
+        environment is reached with [`unwrap`][eqxrl.envs.unwrap]). Around a
+        single-agent environment it raises `AttributeError` naming
+        [`num_agents_of`][eqxrl.envs.num_agents_of], which answers for every
+        environment (`None` for a single-agent one); `hasattr(env, "num_agents")`
+        is then `False`. A wrapper that changes the number of agents overrides this
+        property and is an
+        [`AbstractMultiAgentEnvironment`][eqxrl.envs.AbstractMultiAgentEnvironment]
+        too, so that `num_agents_of` finds it.
+
+        **Returns:**
+
+        The wrapped environment's `num_agents` (a Python int).
+        """
+        num_agents = num_agents_of(self.env)
+        if num_agents is None:
+            raise AttributeError(
+                f"{type(self).__name__} wraps a single-agent environment "
+                f"({type(unwrap(self)[-1]).__name__}), which has no num_agents. "
+                "eqxrl.envs.num_agents_of(env) answers for any environment, "
+                "wrapped or not: None for a single-agent one."
+            )
+        return num_agents
+
 
 class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
     """An environment in which `num_agents` agents act at every step.
@@ -170,8 +216,10 @@ class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
     sets shapes). The wrappers ([`TimeLimit`][eqxrl.envs.TimeLimit],
     [`AutoReset`][eqxrl.envs.AutoReset],
     [`EpisodeStatistics`][eqxrl.envs.EpisodeStatistics], which then counts one
-    return per agent) work unchanged; through them, ask
-    [`num_agents_of`][eqxrl.envs.num_agents_of].
+    return per agent) work unchanged, and forward `num_agents`
+    ([`AbstractWrapper.num_agents`][eqxrl.envs.AbstractWrapper.num_agents]);
+    [`num_agents_of`][eqxrl.envs.num_agents_of] answers for any environment, `None`
+    for a single-agent one.
     [`check_environment`][eqxrl.envs.check_environment] checks the shapes above.
     See [multi-agent environments][multi-agent].
 
