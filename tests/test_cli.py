@@ -1,6 +1,7 @@
 """The `eqxrl` command line: train / eval / plot / list, config files, and clear
 messages for bad input."""
 
+import csv
 import json
 import runpy
 import sys
@@ -98,6 +99,39 @@ def test_train_prints_the_device(tmp_path, capsys):
     assert last.startswith("wrote ")
     for name in ("checkpoints/", "config.json", "metrics.csv", "policy.eqx"):
         assert name in last
+
+
+def test_train_prints_the_last_episodes_not_nan(tmp_path, capsys):
+    """Episodes end every third iteration, none in the last: the console line and
+    the summary show the mean of the last episodes to end (both seeds' windows
+    pooled in the summary), while metrics.csv keeps the per-iteration NaN."""
+    out = tmp_path / "run"
+    argv = toy_train(out, "--iterations", "7", "--episodes-every", "3")
+    code, text, err = run(capsys, *argv, "--num-seeds", "2")
+    assert code == 0, err
+    with open(out / "metrics.csv", newline="") as file:
+        records = list(csv.DictReader(file))
+    ended = {
+        (int(r["iteration"]), int(r["seed"])): float(r["episode_return"])
+        for r in records
+        if int(r["episode_count"])
+    }
+    assert sorted(ended) == [(3, 0), (3, 1), (6, 0), (6, 1)]
+    last = [r for r in records if r["iteration"] == "7"]
+    assert [r["episode_return"] for r in last] == ["nan", "nan"]
+    lines = text.splitlines()
+    assert lines[0] == "seed 0 | iteration 1 | 10 steps | no episode ended yet"
+    seed_1 = (ended[3, 1] + ended[6, 1]) / 2
+    assert lines[1] == (
+        f"seed 1 | iteration 7 | 70 steps | last 4 episodes: episode_return "
+        f"{seed_1:.4g}, episode_length 5"
+    )
+    pooled = sum(ended.values()) / 4
+    assert "recent_episodes 8, recent_episode_length 5, " in lines[2]
+    assert f"recent_episode_return {pooled:.4g}" in lines[2]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["recent_episodes"] == 8
+    assert summary["recent_episode_return"] == pytest.approx(pooled, rel=1e-6)
 
 
 def test_resume_continues_and_refuses_other_hyperparameters(tmp_path, capsys):

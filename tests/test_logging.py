@@ -18,6 +18,8 @@ from eqxrl.training import (
     Trainer,
     WandbLogger,
 )
+from eqxrl.training._logging import RecentEpisodes
+from eqxrl.training._trainer import _return_postfix
 from toy_training import RandomSearch
 
 
@@ -133,6 +135,92 @@ def test_console_logger_throttles(capsys):
     # The Trainer prints the compile time itself: the summary leaves it out.
     logger.log_summary({"compile_seconds": 1.25, "run_seconds": 2.5})
     assert capsys.readouterr().out.strip() == "run_seconds 2.5"
+
+
+def episodes(count, episode_return, seed=None, iteration=1):
+    """A row of an iteration in which `count` episodes ended (NaN means when none)."""
+    return {
+        "iteration": iteration,
+        "seed": seed,
+        "env_steps": 10 * iteration,
+        "time": 0.5 * iteration,
+        "episode_count": count,
+        "episode_return": episode_return if count else math.nan,
+        "episode_length": 10.0 if count else math.nan,
+        "loss": 1.0,
+    }
+
+
+def test_recent_episodes_are_the_last_ones_to_end():
+    """The mean over the last episodes (at least `size`, whole iterations),
+    unchanged by iterations that ended none, exact over the episodes it covers."""
+    recent = RecentEpisodes(size=5)
+    assert recent.means() == (0, {})
+    recent.update(episodes(0, math.nan))
+    assert recent.means() == (0, {})
+    recent.update(episodes(2, 1.0))
+    recent.update(episodes(0, math.nan))  # nothing ended: the window stays
+    assert recent.means() == (2, {"episode_return": 1.0, "episode_length": 10.0})
+    recent.update(episodes(2, 4.0))
+    assert recent.means() == (4, {"episode_return": 2.5, "episode_length": 10.0})
+    # 7 episodes: the oldest iteration's 2 go, the latest 5 stay.
+    recent.update(episodes(3, 0.0))
+    assert recent.means() == (5, {"episode_return": 1.6, "episode_length": 10.0})
+    # One iteration with more than `size` episodes is the whole window.
+    recent.update(episodes(6, 2.0))
+    assert recent.means()[0] == 6 and recent.means()[1]["episode_return"] == 2.0
+    recent.update({"iteration": 9, "seed": None, "episode_return": 7.0})  # no count
+    assert recent.means()[0] == 6
+    recent.clear()
+    assert recent.pooled() == (0, {})
+    with pytest.raises(ValueError, match="at least 1"):
+        RecentEpisodes(size=0)
+
+
+def test_recent_episodes_per_seed_and_pooled():
+    recent = RecentEpisodes(size=100)
+    recent.update(episodes(1, 1.0, seed=0))
+    recent.update(episodes(3, 5.0, seed=1))
+    recent.update(episodes(0, math.nan, seed=0))
+    assert recent.means(0)[1]["episode_return"] == 1.0
+    assert recent.means(1)[1]["episode_return"] == 5.0
+    assert recent.pooled() == (4, {"episode_return": 4.0, "episode_length": 10.0})
+    assert recent.means(None) == (0, {})
+
+
+def test_console_carries_the_last_episodes_across_iterations(capsys):
+    """After an iteration in which no episode ended the line shows the mean of the
+    last episodes to end, not NaN; before any ended it says so."""
+    logger = ConsoleLogger(metrics=("episode_return", "loss"), every_seconds=0)
+    logger.start({})
+    logger.log(episodes(0, math.nan, iteration=1))
+    logger.log(episodes(2, 1.0, iteration=2))
+    logger.log(episodes(2, 4.0, iteration=3))
+    logger.log(episodes(0, math.nan, iteration=4))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "iteration 1 | 10 steps | no episode ended yet | loss 1"
+    assert (
+        lines[1]
+        == "iteration 2 | 20 steps | last 2 episodes: episode_return 1 | loss 1"
+    )
+    assert lines[3] == (
+        "iteration 4 | 40 steps | last 4 episodes: episode_return 2.5 | loss 1"
+    )
+    logger.resume(3, 30)  # a resumed run starts its window anew
+    logger.log(episodes(0, math.nan, iteration=4))
+    assert "no episode ended yet" in capsys.readouterr().out
+
+
+def test_progress_bar_return():
+    recent = RecentEpisodes()
+    counted = {"episode_count": np.array([0]), "episode_return": np.array([np.nan])}
+    assert _return_postfix(recent, counted) is None
+    for row in (episodes(2, 1.0), episodes(0, math.nan), episodes(2, 4.0)):
+        recent.update(row)
+    assert _return_postfix(recent, counted) == "return 2.5 (last 4 episodes)"
+    # An algorithm that does not count episodes: its latest iteration's value.
+    uncounted = {"episode_return": np.array([3.0, np.nan])}
+    assert _return_postfix(RecentEpisodes(), uncounted) == "return 3"
 
 
 @pytest.mark.skipif(

@@ -49,6 +49,10 @@ class RandomSearch(eqxrl.AbstractAlgorithm[ToyState]):
     - `widths`: an unused tuple (to test tuple fields).
     - `transform`: an optional function applied to the weights after each step (a
       field that cannot be written as data).
+    - `episodes_every`: `0`, or report episodes as the built-in algorithms do:
+      `episode_count` (2 episodes ending every `episodes_every`-th iteration, none
+      in between), `episode_return` (the weights' sum) and `episode_length` NaN
+      where none ended.
     """
 
     env: AbstractEnvironment
@@ -60,6 +64,7 @@ class RandomSearch(eqxrl.AbstractAlgorithm[ToyState]):
     )
     widths: tuple[int, ...] = eqx.field(static=True, default=(3, 3))
     transform: Callable[[Array], Array] | None = eqx.field(static=True, default=None)
+    episodes_every: int = eqx.field(static=True, default=0)
 
     @property
     def num_iterations(self) -> int:
@@ -81,6 +86,11 @@ class RandomSearch(eqxrl.AbstractAlgorithm[ToyState]):
             "loss": jnp.mean(jnp.square(weights)),
             "count": state.iteration + 1,
         }
+        if self.episodes_every:
+            ended = (state.iteration + 1) % self.episodes_every == 0
+            metrics["episode_count"] = jnp.where(ended, 2, 0).astype(jnp.int32)
+            metrics["episode_return"] = jnp.where(ended, jnp.sum(weights), jnp.nan)
+            metrics["episode_length"] = jnp.where(ended, 5.0, jnp.nan)
         return ToyState(weights, key, state.iteration + 1), metrics
 
     def policy(self, state: ToyState, deterministic: bool = False) -> LinearPolicy:

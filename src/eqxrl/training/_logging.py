@@ -3,7 +3,10 @@
 A row is a flat dict: `iteration`, `env_steps`, `seed` (`None` for a single run,
 the seed's index when several seeds train vmapped), `time` (seconds of running, not
 counting compilation) and the algorithm's metrics (floats; NaN when undefined, e.g. no
-episode ended in the iteration).
+episode ended in the iteration). The files keep these per-iteration values; the
+console, the progress bar and the summary show the episode statistics over the last
+episodes to end instead (`RecentEpisodes`), which no iteration leaves undefined once
+an episode has ended.
 """
 
 import abc
@@ -14,6 +17,7 @@ import math
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,82 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+RECENT_EPISODES = 100
+
+
+def is_episode_statistic(name: str) -> bool:
+    """Whether a metric is a mean over the episodes that ended in the iteration
+    (`episode_return`, `episode_length`, `total_episode_return`, per-agent
+    `episode_return_agent0`, ...), not their count."""
+    episodic = name.startswith("episode_") or name.startswith("total_episode_")
+    return episodic and name != "episode_count"
+
+
+class RecentEpisodes:
+    """The episode statistics over the last episodes to end, carried across
+    iterations in which none ended: what Stable-Baselines3 prints as `ep_rew_mean`
+    (the mean of its last 100 episodes), kept on the host from the logged rows.
+
+    A row holds, per iteration, the mean of each episode statistic over the episodes
+    that ended in it and their number, `episode_count`. For each seed the window is
+    the fewest latest iterations that together ended at least `size` episodes (all
+    of them until that many have ended), so its means are exact means over the
+    episodes it holds: `size` or more, since iterations are kept whole. Rows
+    without `episode_count` (an algorithm that does not count its episodes) are not
+    tracked.
+    """
+
+    def __init__(self, size: int = RECENT_EPISODES):
+        if size < 1:
+            raise ValueError(f"size must be at least 1 episode, got {size}.")
+        self.size = size
+        self._windows: dict[Any, deque[tuple[int, dict[str, float]]]] = {}
+
+    def clear(self) -> None:
+        """Forget every episode (a new run, or a resumed one)."""
+        self._windows.clear()
+
+    def update(self, row: Mapping[str, Any]) -> None:
+        """Add one logged row (one iteration of one seed)."""
+        count = row.get("episode_count")
+        if count is None or int(count) <= 0:
+            return
+        values = {
+            name: float(value)
+            for name, value in row.items()
+            if is_episode_statistic(name) and value is not None
+        }
+        window = self._windows.setdefault(row.get("seed"), deque())
+        window.append((int(count), values))
+        total = sum(entry_count for entry_count, _ in window)
+        while total - window[0][0] >= self.size:
+            total -= window.popleft()[0]
+
+    def means(self, seed: Any = None) -> tuple[int, dict[str, float]]:
+        """`(count, means)` over the window of one seed (`None` for a single run):
+        how many episodes it holds and the mean of each statistic over them; `(0,
+        {})` before any episode has ended."""
+        return _pooled_means(self._windows.get(seed, ()))
+
+    def pooled(self) -> tuple[int, dict[str, float]]:
+        """`(count, means)` over the windows of every seed together: the mean over
+        all the episodes they hold."""
+        return _pooled_means([e for w in self._windows.values() for e in w])
+
+
+def _pooled_means(
+    entries: Sequence[tuple[int, dict[str, float]]] | deque,
+) -> tuple[int, dict[str, float]]:
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for count, values in entries:
+        for name, value in values.items():
+            totals[name] = totals.get(name, 0.0) + count * value
+            counts[name] = counts.get(name, 0) + count
+    episodes = sum(count for count, _ in entries)
+    return episodes, {name: totals[name] / counts[name] for name in totals}
+
+
 def _write_line(text: str) -> None:
     """Print without breaking a tqdm progress bar."""
     try:
@@ -85,10 +165,22 @@ class ConsoleLogger(AbstractLogger):
     """Print a line of chosen metrics, at most once every `every_seconds` (and for
     the last row).
 
+    Episode statistics (`episode_return`, `total_episode_return`, `episode_length`)
+    are shown as means over the last `last_episodes` episodes to end, carried
+    across iterations in which none ended (Stable-Baselines3's `ep_rew_mean`), e.g.
+    `iteration 625 | 20,000 steps | last 128 episodes: total_episode_return -71.27,
+    episode_length 100`: the count is the episodes the means cover (iterations are
+    kept whole, so it can pass `last_episodes`), and before the first episode ends
+    the line says `no episode ended yet`. The per-iteration values, NaN where no
+    episode ended, are what the file loggers keep. Rows without `episode_count`
+    show their per-iteration values.
+
     **Arguments:**
 
     - `metrics`: the metric names to show (missing ones are skipped).
     - `every_seconds`: the minimum time between two lines; `0` prints every row.
+    - `last_episodes`: how many of the latest episodes the episode statistics
+      average over.
     """
 
     def __init__(
@@ -102,13 +194,24 @@ class ConsoleLogger(AbstractLogger):
             "eval_return_mean",
         ),
         every_seconds: float | int = 10.0,
+        last_episodes: int = RECENT_EPISODES,
     ):
         self.metrics = tuple(metrics)
         self.every_seconds = every_seconds
+        self._recent = RecentEpisodes(last_episodes)
         self._last_print = -math.inf
         self._pending: Mapping[str, Any] | None = None
 
+    def start(self, config: Mapping[str, Any]) -> None:
+        del config
+        self._recent.clear()
+
+    def resume(self, iteration: int, env_steps: int) -> None:
+        del iteration, env_steps
+        self._recent.clear()
+
     def log(self, row: Mapping[str, Any]) -> None:
+        self._recent.update(row)  # every row, also those not printed
         now = time.monotonic()
         if (
             now - self._last_print < self.every_seconds
@@ -124,9 +227,23 @@ class ConsoleLogger(AbstractLogger):
         parts = [f"iteration {row['iteration']:,d}", f"{row['env_steps']:,d} steps"]
         if row.get("seed") is not None:
             parts.insert(0, f"seed {row['seed']}")
-        for name in self.metrics:
-            if name in row:
-                parts.append(f"{name} {_format(row[name])}")
+        shown = [name for name in self.metrics if name in row]
+        if "episode_count" in row:
+            episodic = [name for name in shown if is_episode_statistic(name)]
+            shown = [name for name in shown if name not in episodic]
+            count, means = self._recent.means(row.get("seed"))
+            if episodic and count:
+                parts.append(
+                    f"last {count:,d} episodes: "
+                    + ", ".join(
+                        f"{name} {_format(means.get(name, math.nan))}"
+                        for name in episodic
+                    )
+                )
+            elif episodic:
+                parts.append("no episode ended yet")
+        for name in shown:
+            parts.append(f"{name} {_format(row[name])}")
         _write_line(" | ".join(parts))
 
     def log_summary(self, values: Mapping[str, Any]) -> None:

@@ -47,7 +47,7 @@ from ._evaluation import (
     run_episodes,
     write_gif,
 )
-from ._logging import AbstractLogger, ConsoleLogger, CSVLogger
+from ._logging import AbstractLogger, ConsoleLogger, CSVLogger, RecentEpisodes
 from ._sharded_checkpoint import write_sharded_checkpoint
 
 
@@ -153,8 +153,9 @@ def _evaluate_state(
 
 
 class _Progress:
-    """A tqdm progress bar in environment steps (steps/s, ETA, latest return), when
-    tqdm is installed and the output is a terminal."""
+    """A tqdm progress bar in environment steps (steps/s, ETA, the mean return of
+    the last episodes to end), when tqdm is installed and the output is a
+    terminal."""
 
     def __init__(self, total: int, initial: int, enabled: bool):
         self.bar = None
@@ -174,11 +175,12 @@ class _Progress:
             smoothing=0.1,
         )
 
-    def update(self, steps: int, latest_return: float | None) -> None:
+    def update(self, steps: int, postfix: str | None) -> None:
+        """Advance by `steps`, showing `postfix` (the return) when there is one."""
         if self.bar is None:
             return
-        if latest_return is not None and math.isfinite(latest_return):
-            self.bar.set_postfix(ret=f"{latest_return:.4g}", refresh=False)
+        if postfix is not None:
+            self.bar.set_postfix_str(postfix, refresh=False)
         self.bar.update(steps)
 
     def close(self) -> None:
@@ -230,9 +232,11 @@ class Trainer(eqx.Module):
 
     - `algorithm`: the algorithm to train, e.g. `eqxrl.PPO(...)`.
     - `out`: the run folder; `None` writes nothing. It receives `checkpoints/`,
-      `metrics.csv`, `config.json`, `summary.json`, `policy.eqx` (the greedy policy,
-      for [`load_policy`][eqxrl.load_policy]), `curve.png` and, for environments
-      with `render`, `eval.gif`.
+      `metrics.csv`, `config.json`, `summary.json` (with `recent_episodes` and the
+      `recent_` means of the episode statistics over the last 100 or so episodes to
+      end), `policy.eqx` (the greedy policy, for
+      [`load_policy`][eqxrl.load_policy]), `curve.png` and, for environments with
+      `render`, `eval.gif`.
     - `chunk_size`: iterations per compiled call (at most).
     - `checkpoint_every`: iterations between checkpoints; by default a tenth of the
       run. A checkpoint is also written when `fit` returns.
@@ -252,7 +256,8 @@ class Trainer(eqx.Module):
     - `loggers`: logging backends; by default a
       [`ConsoleLogger`][eqxrl.training.ConsoleLogger] and, with `out`, a
       [`CSVLogger`][eqxrl.training.CSVLogger] writing `metrics.csv`.
-    - `progress`: show a progress bar (steps/s, ETA, latest return) on terminals.
+    - `progress`: show a progress bar on terminals (steps/s, ETA, the mean return
+      of the last 100 or so episodes to end).
     - `env_name`, `env_kwargs`: how `eqxrl.envs.make` builds the algorithm's
       environment, recorded in checkpoints; found automatically for registered
       environments made without arguments.
@@ -475,6 +480,7 @@ class Trainer(eqx.Module):
                 folder = _RunFolder.follow(Path(self.out), resume, self._config())
         loggers: tuple = ()
         progress = None
+        recent = RecentEpisodes()  # for the progress bar and the summary
         try:
             state, iteration, time_offset = self._starting_point(folder, seed)
             loggers = self._start_logging(folder, seed, iteration, resume)
@@ -496,13 +502,21 @@ class Trainer(eqx.Module):
                 seed,
                 loggers,
                 progress,
+                recent,
                 callback,
             )
             progress.close()
             progress = None
             iteration = iteration + sum(len(next(iter(h.values()))) for h in history)
             self._finish_run(
-                folder, state, seed, iteration, compile_seconds, run_seconds, loggers
+                folder,
+                state,
+                seed,
+                iteration,
+                compile_seconds,
+                run_seconds,
+                loggers,
+                recent,
             )
         finally:
             if progress is not None:
@@ -619,12 +633,14 @@ class Trainer(eqx.Module):
         seed: int,
         loggers: tuple,
         progress: "_Progress",
+        recent: RecentEpisodes,
         callback: Callable | None,
     ) -> tuple[PyTree, list[dict[str, np.ndarray]], float]:
         """Chunks of iterations until `stop`: each chunk one compiled call, then on
-        the host its rows logged, a check for divergence, and a checkpoint or an
-        evaluation when one is due. Returns the state, the chunks' metrics and the
-        seconds of training (of the whole run, with earlier sessions')."""
+        the host its rows logged (and added to `recent`), a check for divergence,
+        and a checkpoint or an evaluation when one is due. Returns the state, the
+        chunks' metrics and the seconds of training (of the whole run, with earlier
+        sessions')."""
         spi = self.steps_per_iteration
         key = jr.key(seed)
         eval_key = jr.fold_in(key, _EVAL_SEED)
@@ -655,11 +671,12 @@ class Trainer(eqx.Module):
                 for row, evaluation in zip(rows[-len(evaluations) :], evaluations):
                     row.update({f"eval_{k}": v for k, v in evaluation.items()})
             for row in rows:
+                recent.update(row)
                 for logger in loggers:
                     logger.log(row)
             for logger in loggers:
                 logger.flush()
-            progress.update(count * spi, _latest_return(metrics))
+            progress.update(count * spi, _return_postfix(recent, metrics))
             if self.throw:
                 _raise_if_diverged(np.asarray(diverged)[:count], first, folder)
             if folder is not None and (
@@ -695,10 +712,12 @@ class Trainer(eqx.Module):
         compile_seconds: float,
         run_seconds: float,
         loggers: tuple,
+        recent: RecentEpisodes,
     ) -> None:
         """At the end of a whole run, the final evaluation, the policy export, the
         GIF and the curve; after any `fit`, `summary.json` and the loggers'
-        summary."""
+        summary, with the episode statistics over the last episodes to end
+        (`recent_episodes` of them, all seeds together)."""
         spi = self.steps_per_iteration
         summary: dict[str, Any] = {
             "compile_seconds": compile_seconds,
@@ -707,6 +726,12 @@ class Trainer(eqx.Module):
             "env_steps": iteration * spi,
             "steps_per_second": iteration * spi / run_seconds if run_seconds else None,
         }
+        episodes, means = recent.pooled()
+        if episodes:
+            summary["recent_episodes"] = episodes
+            for name, value in means.items():
+                # summary.json holds no NaN; a diverged statistic is null there.
+                summary[f"recent_{name}"] = value if math.isfinite(value) else None
         if iteration == self.algorithm.num_iterations:
             eval_key = jr.fold_in(jr.key(seed), _EVAL_SEED)
             summary.update(self._finish(folder, state, seed, eval_key))
@@ -1110,6 +1135,20 @@ def _python_numbers(values: np.ndarray) -> list:
     if values.dtype == np.float32:
         return np.vectorize(float, otypes=[object])(values.astype(str)).tolist()
     return values.tolist()
+
+
+def _return_postfix(
+    recent: RecentEpisodes, metrics: Mapping[str, np.ndarray]
+) -> str | None:
+    """The progress bar's return: the mean over the last episodes to end, all
+    seeds together (with several agents, the team's return: their sum); for an
+    algorithm that does not count its episodes, the latest iteration's value."""
+    episodes, means = recent.pooled()
+    value = means.get("total_episode_return", means.get("episode_return"))
+    if episodes and value is not None:
+        return f"return {value:.4g} (last {episodes:,d} episodes)"
+    latest = None if "episode_count" in metrics else _latest_return(metrics)
+    return None if latest is None else f"return {latest:.4g}"
 
 
 def _latest_return(metrics: Mapping[str, np.ndarray]) -> float | None:
