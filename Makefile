@@ -1,11 +1,22 @@
 # Two set-up commands: `make demo` and `make test`. Both create .venv on first use.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+#
+# The Python: 3.11 where it runs, else 3.12, 3.13, then `python3` (eqxrl needs 3.11 or
+# newer). 3.11 first on purpose: pip gives it jax 0.10.2, the JAX every figure in
+# benchmarks/ and the docs was measured with; 3.12 and 3.13 get jax 0.12, and
+# `make test-pythons` runs the quick pass on all three. Choose another with
+# `make PYTHON=python3.13 VENV=.venv-py3.13 test`. (A pyenv shim can exist for a
+# version that is not selected, and fail when run: hence the check that it runs.)
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	&& { command -v $$p; break; }; done)
+VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint format docs docs-serve bench bench-peers clean
+.PHONY: demo test test-quick test-pythons lint format docs docs-serve bench \
+	bench-peers bench-check clean
 
 $(BIN)/python:
+	@test -n "$(PYTHON)" || { echo "make: no Python 3.11 or newer found (tried python3.11, python3.12, python3.13, python3); set PYTHON=/path/to/python3.x"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 
@@ -13,8 +24,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[training]"
 	touch $@
 
+# The extras of a test venv: dev (every optional peer, linters, docs), or test (the
+# suite alone; the peers' tests are skipped).
+EXTRAS ?= dev
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e ".[dev]"
+	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"
 	touch $@ $(VENV)/.installed
 
 # The demo's own folders start anew each time (a run folder is never overwritten).
@@ -42,12 +56,43 @@ docs-serve: $(VENV)/.installed-dev
 # the slow ones marked compile_bound) are mostly XLA compiling small programs, which
 # XLA's CPU fusion emitters off makes about a third faster (the compiled code runs
 # slower: the other slow tests, long runs, keep XLA's defaults, as users run). See
-# CHANGELOG, Internal.
+# CHANGELOG, Internal. The option exists only in some XLA versions (jax 0.11's
+# rejects it as an unknown flag, fatally): it is passed only where a probe with it
+# runs, so the same command works with every JAX.
 FAST_COMPILE := --xla_cpu_use_fusion_emitters=false
+KNOWN_FAST_COMPILE = $$(XLA_FLAGS="$$XLA_FLAGS $(FAST_COMPILE)" $(BIN)/python -c \
+	"import jax; jax.devices()" >/dev/null 2>&1 && echo "$(FAST_COMPILE)")
+QUICK_PASS = XLA_FLAGS="$$XLA_FLAGS $(KNOWN_FAST_COMPILE)" $(BIN)/python -m pytest \
+	-n 2 --dist worksteal -m "not slow or compile_bound"
 test: lint
-	XLA_FLAGS="$$XLA_FLAGS $(FAST_COMPILE)" $(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow or compile_bound"
+	$(BIN)/python -c "import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
+	$(QUICK_PASS)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m "slow and not compile_bound"
 	$(BIN)/mkdocs build --strict
+
+# The quick pass alone (no lint, no long runs, no docs): what test-pythons runs.
+test-quick: $(VENV)/.installed-dev
+	$(BIN)/python -c "import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
+	$(QUICK_PASS)
+
+# The quick pass on each Python in PYTHONS, each in a venv of its own
+# (.venv-py3.X, with the JAX pip picks for that Python and the dev extras), then on
+# the newest Python with the test extras alone (.venv-py3.X-core: the newest JAX,
+# which gymnax's cap holds back in the dev venv; the peers' tests are skipped).
+# pyenv's installs are found where `python3.X` itself does not run.
+PYTHONS ?= 3.11 3.12 3.13
+test-pythons:
+	@for entry in $(PYTHONS) $(lastword $(PYTHONS))-core; do \
+		version=$${entry%-core}; extras=dev; \
+		test "$$entry" = "$$version" || extras=test; \
+		python=$$(command -v python$$version); \
+		$$python -c 'import sys' 2>/dev/null || \
+			python=$$(ls -d $$HOME/.pyenv/versions/$$version.*/bin/python$$version 2>/dev/null | tail -n 1); \
+		test -n "$$python" || { echo "test-pythons: no Python $$version found"; exit 1; }; \
+		echo "== Python $$version ($$extras extras): $$python"; \
+		$(MAKE) --no-print-directory PYTHON=$$python VENV=.venv-py$$entry \
+			EXTRAS=$$extras test-quick || exit 1; \
+	done
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/env_throughput.py
@@ -73,5 +118,12 @@ bench-peers: $(PEERS)/.installed
 	$(PEERS)/bin/python benchmarks/snake.py
 	$(PEERS)/bin/python benchmarks/value_based.py --parts peers
 
+# The speed guard: the working tree against BASE (default: the upstream, else HEAD),
+# each side in its own process, alternating; see benchmarks/bench_check.py. Run it on
+# an idle machine before a stop that touches src/.
+BASE ?=
+bench-check: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/bench_check.py $(if $(BASE),--base $(BASE))
+
 clean:
-	rm -rf $(VENV) $(PEERS) site runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-py3.* $(PEERS) site runs .pytest_cache .ruff_cache
