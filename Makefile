@@ -12,8 +12,8 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-quick test-pythons lint format docs docs-serve bench \
-	bench-peers bench-check clean
+.PHONY: demo test test-quick test-pythons test-floors lint format docs docs-serve \
+	bench bench-peers bench-check clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11 or newer found (tried python3.11, python3.12, python3.13, python3); set PYTHON=/path/to/python3.x"; exit 1; }
@@ -27,8 +27,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # The extras of a test venv: dev (every optional peer, linters, docs), or test (the
 # suite alone; the peers' tests are skipped).
 EXTRAS ?= dev
+# FLOORS=1: every `>=` floor of pyproject.toml (core and EXTRAS) pinned exactly.
+FLOORS ?=
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"
+	$(if $(FLOORS),$(BIN)/python tools/floor_constraints.py $(EXTRAS) > $(VENV)/floors.txt)
+	$(BIN)/python -m pip install $(if $(FLOORS),-c $(VENV)/floors.txt) -e ".[$(EXTRAS)]"
 	touch $@ $(VENV)/.installed
 
 # The demo's own folders start anew each time (a run folder is never overwritten).
@@ -118,6 +121,11 @@ bench-peers: $(PEERS)/.installed
 	$(PEERS)/bin/python benchmarks/snake.py
 	$(PEERS)/bin/python benchmarks/value_based.py --parts peers
 
+# The quick pass on the oldest versions pyproject.toml claims (each `>=` floor of
+# the core dependencies and the test extras installed exactly), in .venv-floor.
+test-floors:
+	$(MAKE) --no-print-directory VENV=.venv-floor EXTRAS=test FLOORS=1 test-quick
+
 # The speed guard: the working tree against BASE (default: the upstream, else HEAD),
 # each side in its own process, alternating; see benchmarks/bench_check.py. Run it on
 # an idle machine before a stop that touches src/.
@@ -126,4 +134,4 @@ bench-check: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_check.py $(if $(BASE),--base $(BASE))
 
 clean:
-	rm -rf $(VENV) .venv-py3.* $(PEERS) site runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-py3.* .venv-floor $(PEERS) site runs .pytest_cache .ruff_cache
