@@ -1,9 +1,17 @@
 """Checkpoints: round trips, atomic writes, and clear errors for every bad file."""
 
 import dataclasses
+import gc
 import hashlib
 import json
+import os
+import re
+import shutil
 import struct
+import subprocess
+import sys
+import textwrap
+import time
 
 import equinox as eqx
 import jax
@@ -270,62 +278,297 @@ def test_generic_algorithm_round_trip(tmp_path, toy):
     assert eqx.tree_equal(rebuilt, algorithm)
 
 
-# orbax's asyncio tasks can outlive a failed restore (the damaged data files below)
-# and report "Event loop is closed" as unraisable exceptions when they are
-# collected; the restore's own error is what this test checks.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_sharded_checkpoint_folders(tmp_path, ppo, state):
-    """The `.orbax` folders of runs over a mesh: a round trip is exact, and a
-    folder that does not fit (another configuration, an edited header, a damaged
-    shard) is refused with the reason."""
+# --------------------------------------------------------------------------------------
+# Sharded checkpoints: the `.orbax` folders of runs over a mesh
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sharded(tmp_path, ppo, state):
+    """A sharded checkpoint of `state`, in a run's `checkpoints/` folder."""
     pytest.importorskip("orbax.checkpoint")
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    return _write_sharded(directory / "checkpoint-000000002.orbax", state, ppo)
+
+
+def _write_sharded(path, state, ppo):
     from eqxrl.training._config import algorithm_to_config
     from eqxrl.training._sharded_checkpoint import write_sharded_checkpoint
 
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    (directory / ".checkpoint-000000001.orbax.tmp").mkdir()  # a killed write
-    path = directory / "checkpoint-000000002.orbax"
-    write_sharded_checkpoint(
+    return write_sharded_checkpoint(
         path,
         state,
         kind="training_state",
         config=algorithm_to_config(ppo),
         metadata={"iteration": 2},
     )
-    assert list_checkpoints(directory) == [(2, path)]
-    assert read_checkpoint_header(path)["metadata"] == {"iteration": 2}
-    loaded, algorithm = eqxrl.load_checkpoint(tmp_path / "checkpoints")
-    assert_bitwise_equal(loaded, state)
-    assert algorithm.num_envs == ppo.num_envs
 
+
+def _resign_sharded(path, change=lambda header: None):
+    """Rewrite a sharded checkpoint's header, its table of orbax's files taken from
+    the files as they are now (as a writer would have recorded damage done before it
+    read them back), `change`d, with its checksum redone."""
+    header = json.loads((path / "header.json").read_bytes())
+    arrays = path / "arrays"
+    header["array_files"] = {
+        file.relative_to(arrays).as_posix(): hashlib.sha256(
+            file.read_bytes()
+        ).hexdigest()
+        for file in sorted(arrays.rglob("*"))
+        if file.is_file()
+    }
+    change(header)
+    data = json.dumps(header).encode()
+    (path / "header.json").write_bytes(data)
+    (path / "header.sha256").write_text(hashlib.sha256(data).hexdigest())
+
+
+def _flip_a_bit_of(path, values):
+    """Flip the lowest bit of the first element of `values` wherever orbax stored
+    its bytes; the files changed."""
+    raw = np.asarray(values).tobytes()
+    changed = []
+    for file in sorted((path / "arrays").rglob("*")):
+        data = bytearray(file.read_bytes()) if file.is_file() else bytearray()
+        offset = data.find(raw)
+        if offset >= 0:
+            data[offset] ^= 1
+            file.write_bytes(bytes(data))
+            changed.append(file)
+    assert changed, "orbax stores arrays compressed now: find their bytes another way"
+    return changed
+
+
+def test_sharded_round_trip_is_exact(sharded, ppo, state):
+    directory = sharded.parent
+    (directory / ".checkpoint-000000001.orbax.tmp").mkdir()  # a killed write
+    assert list_checkpoints(directory) == [(2, sharded)]
+    header = read_checkpoint_header(sharded)
+    assert header["metadata"] == {"iteration": 2}
+    assert header["format_version"] == 3
+    for leaf in header["leaves"]:
+        assert re.fullmatch(r"[0-9a-f]{16}", leaf["checksum"]), leaf
+    assert header["array_files"] and all(
+        (sharded / "arrays" / name).is_file() for name in header["array_files"]
+    )
+    for _ in range(2):  # loading changes nothing in the folder
+        loaded, algorithm = eqxrl.load_checkpoint(directory)
+        assert_bitwise_equal(loaded, state)
+    assert algorithm.num_envs == ppo.num_envs
+    assert prune_checkpoints(directory, 0) == [sharded] and not sharded.exists()
+
+
+def test_sharded_checkpoint_that_does_not_fit(sharded, ppo):
+    """Another configuration, an edited header, a missing file: refused with the
+    reason."""
     wider = dataclasses.replace(ppo, hidden_sizes=(16,))
     with pytest.raises(CheckpointError, match="another configuration: hidden_sizes"):
-        eqxrl.load_checkpoint(path, algorithm=wider)
+        eqxrl.load_checkpoint(sharded, algorithm=wider)
 
-    header_path = path / "header.json"
+    header_path = sharded / "header.json"
     original = header_path.read_bytes()
     header = json.loads(original)
     header["config"]["fields"].update(hidden_sizes=[16])
     header_path.write_text(json.dumps(header))
     with pytest.raises(CheckpointError, match="checksum of its header") as error:
-        eqxrl.load_checkpoint(path)
+        eqxrl.load_checkpoint(sharded)
     assert error.value.corrupt
     # The same edit with its checksum redone: the arrays no longer fit it.
-    edited = header_path.read_bytes()
-    (path / "header.sha256").write_text(hashlib.sha256(edited).hexdigest())
+    _resign_sharded(sharded, lambda h: h["config"]["fields"].update(hidden_sizes=[16]))
     with pytest.raises(CheckpointError, match=r"does not match.*\[8, 4\]"):
-        eqxrl.load_checkpoint(path)
+        eqxrl.load_checkpoint(sharded)
     header_path.write_bytes(original)
-    (path / "header.sha256").write_text(hashlib.sha256(original).hexdigest())
+    (sharded / "header.sha256").write_text(hashlib.sha256(original).hexdigest())
 
-    # orbax's data files (tensorstore's OCDBT), overwritten in place.
-    data_files = [p for p in (path / "arrays").rglob("*") if p.parent.name == "d"]
-    assert data_files
-    for data_file in data_files:
-        data_file.write_bytes(b"\0" * data_file.stat().st_size)
-    with pytest.raises(CheckpointError, match="is corrupt") as error:
-        eqxrl.load_checkpoint(path)
+    (sharded / "arrays" / "_METADATA").unlink()
+    with pytest.raises(CheckpointError, match="its file arrays/_METADATA is missing"):
+        eqxrl.load_checkpoint(sharded)
+
+
+@pytest.mark.parametrize("damage", ["bit flip", "arrays of another state"])
+def test_sharded_damage_is_refused_by_name(tmp_path, ppo, damage):
+    """A shard changed on disk is refused before orbax reads a file, naming the
+    file; one whose damage the file table took in is refused after the restore,
+    naming the array."""
+    pytest.importorskip("orbax.checkpoint")
+    # An array over 1 KiB, which orbax stores outside its checksummed index, of
+    # random bits, which it stores verbatim (they do not compress): orbax would
+    # read a flipped bit in it as another value.
+    ppo = dataclasses.replace(ppo, hidden_sizes=(256,))
+    state = eqx.filter_jit(ppo.init)(jr.key(3))
+    bits = jr.bits(jr.key(4), state.model.actor[0].weight.shape, jnp.uint32)
+    weight = jax.lax.bitcast_convert_type(bits, jnp.float32)
+    state = eqx.tree_at(lambda s: s.model.actor[0].weight, state, weight)
+    sharded = _write_sharded(tmp_path / "checkpoint-000000002.orbax", state, ppo)
+    if damage == "bit flip":
+        changed = _flip_a_bit_of(sharded, weight)
+    else:
+        # The arrays/ of a checkpoint of another state (one array differs).
+        other = eqx.tree_at(lambda s: s.model.actor[0].weight, state, weight + 1)
+        other_path = _write_sharded(tmp_path / "other.orbax", other, ppo)
+        shutil.rmtree(sharded / "arrays")
+        shutil.copytree(other_path / "arrays", sharded / "arrays")
+        changed = None
+    with pytest.raises(CheckpointError, match=r"its file arrays/\S+ ") as error:
+        eqxrl.load_checkpoint(sharded)
     assert error.value.corrupt
+    if changed is not None:
+        name = re.search(r"its file (\S+) differs", str(error.value)).group(1)
+        assert sharded / name in changed
 
-    assert prune_checkpoints(directory, 0) == [path] and not path.exists()
+    _resign_sharded(sharded)
+    with pytest.raises(CheckpointError) as error:
+        eqxrl.load_checkpoint(sharded)
+    assert error.value.corrupt
+    assert str(error.value).startswith(
+        f"{sharded} is corrupt: the array .model.actor[0].weight does not hold the "
+        "values written"
+    ), error.value
+
+
+def test_an_old_sharded_format_is_refused(sharded):
+    def as_version_2(header):
+        header["format_version"] = 2
+        del header["array_files"]
+        for leaf in header["leaves"]:
+            del leaf["checksum"]
+
+    _resign_sharded(sharded, as_version_2)
+    with pytest.raises(
+        CheckpointError,
+        match=r"format version 2 \(an older sharded format, whose arrays carry no "
+        r"checksums\); this eqxrl reads version 3",
+    ):
+        eqxrl.load_checkpoint(sharded)
+
+
+def test_a_failed_sharded_load_leaves_no_orbax_work_behind(
+    sharded, tmp_path, monkeypatch
+):
+    """orbax, failing on a damaged file, returned while tensorstore still read
+    others; their callbacks found its event loop closed and raised "Event loop is
+    closed" as unraisable exceptions, in whatever test ran by then. Damaged files
+    are now refused before orbax reads any."""
+    events = []
+    monkeypatch.setattr(sys, "unraisablehook", events.append)
+    for file in (sharded / "arrays").rglob("*"):
+        if file.parent.name == "d":  # tensorstore's data files
+            data = bytearray(file.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            file.write_bytes(bytes(data))
+    # Whether a read is still in flight when another fails is a race, which
+    # tensorstore's threads, once started, lose often: try often, each on a new
+    # copy (tensorstore remembers a folder's failures), giving the reads in
+    # flight, if any, time to complete.
+    for attempt in range(20):
+        copy = tmp_path / f"copy-{attempt}" / sharded.name
+        shutil.copytree(sharded, copy)
+        with pytest.raises(CheckpointError, match="is corrupt"):
+            eqxrl.load_checkpoint(copy)
+        time.sleep(0.1)
+    gc.collect()
+    assert not events, [
+        f"{event.exc_type.__name__}: {event.exc_value}" for event in events
+    ]
+
+
+MESH_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    )
+    import hashlib
+    from pathlib import Path
+    import jax, numpy as np, equinox as eqx
+    import eqxrl
+    from eqxrl.training import CheckpointError
+    from eqxrl.training._checkpoint import load_training_state
+    from eqxrl.training._config import algorithm_to_config
+    from eqxrl.training._sharded_checkpoint import (
+        _array_checksums, _storable, write_sharded_checkpoint,
+    )
+
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("CartPole-v1"), num_envs=8, num_steps=4,
+        total_timesteps=64, num_minibatches=1, num_epochs=1, hidden_sizes=(8,),
+    )
+    state = eqx.filter_jit(ppo.init)(jax.random.key(0))
+    mesh = jax.make_mesh((8,), ("envs",))
+    placed = ppo.place_state(state, mesh)
+    path = Path(sys.argv[1]) / "checkpoint-000000001.orbax"
+    write_sharded_checkpoint(
+        path, placed, kind="training_state", config=algorithm_to_config(ppo)
+    )
+    header = json.loads((path / "header.json").read_text())
+
+    def same(a, b):
+        a, b = _storable(a), _storable(b)
+        return all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
+
+    results = {
+        "split": str(placed.env_state.env_state.env_state.physics.sharding.spec),
+        # The checksums over 8 devices are those of the arrays on one device.
+        "checksums": [leaf["checksum"] for leaf in header["leaves"]]
+        == _array_checksums(list(_storable(state).values())),
+    }
+    for name, devices in (("8 devices", 8), ("4 devices", 4), ("1 device", None)):
+        target = None
+        if devices is not None:
+            target = jax.make_mesh(
+                (devices,), ("envs",), devices=jax.devices()[:devices]
+            )
+        loaded, _, _ = load_training_state(path, mesh=target)
+        results[name] = same(loaded, state)
+
+    # Arrays of another state, read back onto the mesh: refused by name.
+    other = eqx.tree_at(
+        lambda s: s.env_state.env_state.env_state.physics, placed,
+        placed.env_state.env_state.env_state.physics + 1,
+    )
+    other_path = Path(sys.argv[1]) / "other.orbax"
+    write_sharded_checkpoint(
+        other_path, other, kind="training_state", config=algorithm_to_config(ppo)
+    )
+    header["array_files"] = json.loads(
+        (other_path / "header.json").read_text()
+    )["array_files"]
+    data = json.dumps(header).encode()
+    (path / "header.json").write_bytes(data)
+    (path / "header.sha256").write_text(hashlib.sha256(data).hexdigest())
+    os.rename(path / "arrays", Path(sys.argv[1]) / "arrays-before")
+    os.rename(other_path / "arrays", path / "arrays")
+    try:
+        load_training_state(path, mesh=mesh)
+        results["refused"] = None
+    except CheckpointError as error:
+        results["refused"] = str(error)
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.mark.slow
+def test_sharded_checksums_over_a_mesh(tmp_path):
+    """Saved over 8 (simulated) devices: the checksums are those of the arrays on
+    one device, and they are checked on a restore onto 8, 4 or 1 devices."""
+    pytest.importorskip("orbax.checkpoint")
+    script = tmp_path / "mesh.py"
+    script.write_text(MESH_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(result.stdout.splitlines()[-1])
+    assert "'envs'" in results["split"], results  # the state is split
+    assert results["checksums"], results
+    assert results["8 devices"] and results["4 devices"] and results["1 device"]
+    assert results["refused"] is not None and (
+        "the array .env_state.env_state.env_state.physics does not hold the values "
+        "written" in results["refused"]
+    ), results

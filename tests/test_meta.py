@@ -1,9 +1,11 @@
 """Package-wide rules: every Module is abstract xor final; every public name is
-documented."""
+documented; no import cycles."""
 
+import ast
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import equinox as eqx
 
@@ -91,3 +93,75 @@ def test_public_names_are_in_the_api_docs():
                 or f"::: eqxrl.{name}\n" in text
             )
             assert documented, f"{package.__name__}.{name} is not in docs/api"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every eqxrl module and the eqxrl modules it imports, read from the source:
+    imports at module level and inside functions alike. `from package import name`
+    imports the submodule `package.name` if there is one, else `package`; the
+    parent packages that every import runs first are left out."""
+    root = Path(eqxrl.__file__).parent
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        modules[".".join(parts)] = (path, is_package)
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        package = name.split(".") if is_package else name.split(".")[:-1]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[: len(package) - node.level + 1]
+                    base = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    base = node.module
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    imported.add(submodule if submodule in modules else base)
+        graph[name] = {module for module in imported if module in modules} - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` (its first module repeated at the end), or `None`."""
+    done, path = set(), []
+
+    def visit(module):
+        path.append(module)
+        for target in sorted(graph[module]):
+            if target in path:
+                return path[path.index(target) :] + [target]
+            if target not in done:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if module not in done:
+            cycle = visit(module)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_find_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    # Imports inside functions count: the command line imports the Trainer lazily.
+    assert "eqxrl.training._trainer" in graph["eqxrl.training._cli"]
+    assert "eqxrl.envs.builtin" in graph["eqxrl.envs"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)

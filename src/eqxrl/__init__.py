@@ -7,7 +7,7 @@ Checks run when JAX traces a function, so they cost nothing inside compiled code
 
 import os as _os
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 TYPECHECK: bool = _os.environ.get("EQXRL_TYPECHECK", "1") != "0"
 

@@ -3,7 +3,6 @@ logging, checkpoints with exact resume, evaluation, plots) and the `eqxrl` comma
 line. Nothing else in the package imports it."""
 
 from ._checkpoint import (
-    CheckpointError as CheckpointError,
     list_checkpoints as list_checkpoints,
     load_checkpoint as load_checkpoint,
     load_policy as load_policy,
@@ -11,6 +10,7 @@ from ._checkpoint import (
     save_checkpoint as save_checkpoint,
     save_policy as save_policy,
 )
+from ._checkpoint_format import CheckpointError as CheckpointError
 from ._cli import main as main, read_config_file as read_config_file
 from ._config import (
     ConfigField as ConfigField,

@@ -20,11 +20,14 @@ prints it; a mismatched checkpoint is refused before any array is read); the tra
 holds the payload's length and the checksum, so the file is written in one pass.
 The checksum covers the header too: an edited iteration count or configuration is
 refused like a damaged array. Loading never unpickles.
+
+This module is the one-file format and the entry points; they hand `.orbax` folders
+(runs over a device mesh) to `_sharded_checkpoint.py`. What both formats share (the
+header, `CheckpointError`) is in `_checkpoint_format.py`, so imports point one way.
 """
 
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -43,12 +46,25 @@ import numpy as np
 from jax.sharding import Mesh
 from jaxtyping import PyTree
 
+from .._version import __version__
 from ..algorithms import AbstractAlgorithm
 from ..nn import AbstractPolicy
+from ._checkpoint_format import (
+    CheckpointError,
+    _fsync_directory,
+    _is_key,
+    _leaf_table,
+    checkpoint_header,
+)
 from ._config import (
     algorithm_from_config,
     algorithm_to_config,
     config_differences,
+)
+from ._sharded_checkpoint import (
+    SUFFIX as SHARDED_SUFFIX,
+    read_sharded_header,
+    read_sharded_state,
 )
 
 MAGIC = b"EQXRL-CHECKPOINT\n"
@@ -56,25 +72,6 @@ TRAILER_MAGIC = b"EQXRL-END"
 FORMAT_VERSION = 2
 _TRAILER_SIZE = len(TRAILER_MAGIC) + 8 + 32
 _MAX_HEADER = 1 << 30
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file cannot be used, or cannot be written: missing, not a
-    checkpoint, truncated, corrupt, made for another configuration, or a failed
-    write (e.g. a full disk). The message says which and what to do; nothing has
-    been loaded.
-
-    **Attributes:**
-
-    - `corrupt`: `True` when the file itself is damaged (truncated, checksum
-      mismatch, unreadable): an earlier checkpoint may still be intact. `False` for
-      a file that is fine but does not fit (another configuration, another format
-      version) or could not be written.
-    """
-
-    def __init__(self, message: str, *, corrupt: bool = False):
-        super().__init__(message)
-        self.corrupt = corrupt
 
 
 # --------------------------------------------------------------------------------------
@@ -98,39 +95,12 @@ class _HashingWriter:
         return self.file.write(data)
 
 
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array | jax.ShapeDtypeStruct) and jax.dtypes.issubdtype(
-        x.dtype, jax.dtypes.prng_key
-    )
-
-
-def _is_array(x: Any) -> bool:
-    return isinstance(x, jax.Array | jax.ShapeDtypeStruct | np.ndarray)
-
-
 def _serialise_leaf(file: Any, x: Any) -> None:
     if _is_key(x):
         np.save(file, np.asarray(jr.key_data(x)), allow_pickle=False)
     elif isinstance(x, jax.Array | np.ndarray):
         np.save(file, np.asarray(x), allow_pickle=False)
     # Anything else (Python scalars, functions) is configuration: rebuilt, not saved.
-
-
-def _leaf_table(tree: PyTree) -> list[dict[str, Any]]:
-    """Path, shape and dtype of every array leaf, in serialization order."""
-    table = []
-    for path, leaf in jtu.tree_flatten_with_path(tree)[0]:
-        if not _is_array(leaf):
-            continue
-        entry: dict[str, Any] = {
-            "path": jtu.keystr(path),
-            "shape": list(leaf.shape),
-            "dtype": str(leaf.dtype),
-        }
-        if _is_key(leaf):
-            entry["key_impl"] = str(leaf.dtype._impl.name)
-        table.append(entry)
-    return table
 
 
 def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -150,51 +120,6 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     _fsync_directory(path.parent)  # make the rename durable
 
 
-def _fsync_directory(folder: Path) -> None:
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
-
-
-def _versions() -> dict[str, str]:
-    from .. import __version__
-
-    return {
-        "eqxrl": __version__,
-        "jax": jax.__version__,
-        "equinox": eqx.__version__,
-    }
-
-
-def checkpoint_header(
-    tree: PyTree,
-    kind: str,
-    config: Mapping[str, Any],
-    batch_shape: tuple[int, ...] = (),
-    metadata: Mapping[str, Any] | None = None,
-    extra_header: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON header of a checkpoint of `tree` (both storage formats)."""
-    return {
-        "format": "eqxrl-checkpoint",
-        "format_version": FORMAT_VERSION,
-        "kind": kind,
-        "versions": _versions(),
-        "config": dict(config),
-        "batch_shape": list(batch_shape),
-        "metadata": _json_safe(dict(metadata or {})),
-        "leaves": _leaf_table(tree),
-        **dict(extra_header or {}),
-    }
-
-
 def write_checkpoint_file(
     path: str | os.PathLike,
     tree: PyTree,
@@ -208,7 +133,15 @@ def write_checkpoint_file(
     """Write `tree` with a header (the building block of `save_checkpoint` and of the
     policy export). `config` is `algorithm_to_config`'s output."""
     path = Path(path)
-    header = checkpoint_header(tree, kind, config, batch_shape, metadata, extra_header)
+    header = checkpoint_header(
+        tree,
+        kind,
+        config,
+        batch_shape,
+        metadata,
+        extra_header,
+        format_version=FORMAT_VERSION,
+    )
     header_bytes = json.dumps(header, indent=1, allow_nan=False).encode("utf-8")
 
     def write(file: BinaryIO) -> None:
@@ -248,18 +181,6 @@ def _os_error_in(error: BaseException) -> OSError | None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, np.generic):
-        return _json_safe(value.item())
-    return value
 
 
 def _batch_shape(
@@ -399,9 +320,7 @@ def read_checkpoint_header(path: str | os.PathLike) -> dict[str, Any]:
     Raises [`CheckpointError`][eqxrl.training.CheckpointError] saying what is wrong.
     """
     path = Path(path)
-    if path.is_dir() and path.name.endswith(".orbax"):
-        from ._sharded_checkpoint import read_sharded_header
-
+    if path.is_dir() and path.name.endswith(SHARDED_SUFFIX):
         return read_sharded_header(path)
     return _open_checkpoint(path).header
 
@@ -599,8 +518,6 @@ def _algorithm_for(
 
 
 def _warn_on_version(checkpoint: _Checkpoint) -> None:
-    from .. import __version__
-
     written = checkpoint.header.get("versions", {}).get("eqxrl")
     if written != __version__:
         warnings.warn(
@@ -656,8 +573,6 @@ def load_training_state(
     `.orbax` folder) is restored onto `mesh` (or onto one device without one)."""
     path = resolve_checkpoint(path)
     if path.is_dir():
-        from ._sharded_checkpoint import read_sharded_header
-
         checkpoint = _Checkpoint(path, read_sharded_header(path), 0)
     else:
         checkpoint = _open_checkpoint(path)
@@ -672,8 +587,6 @@ def load_training_state(
     _check_leaves(checkpoint, skeleton, f"{type(algorithm).__name__}'s training state")
     _warn_on_version(checkpoint)
     if path.is_dir():
-        from ._sharded_checkpoint import read_sharded_state
-
         state = read_sharded_state(path, checkpoint.header, skeleton, algorithm, mesh)
         return state, algorithm, checkpoint.header
     return _read_payload(checkpoint, skeleton), algorithm, checkpoint.header
