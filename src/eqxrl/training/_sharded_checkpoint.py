@@ -23,10 +23,14 @@ whole checkpoint or none, and a run killed while writing keeps its previous one.
 Loading checks, in order: the header's checksum and version; every array's path,
 shape and dtype against the state the configuration builds; the SHA-256 of every
 file under `arrays/` (process 0 reads them and tells the others), so that orbax is
-never handed a damaged file (a failed orbax restore leaves tensorstore reads in
-flight on an event loop it has closed); then orbax restores onto the mesh given (any
-number of devices or processes; orbax reshards), or onto one device; last, every
-array's checksum is recomputed on the restored arrays and compared with the header.
+never handed a damaged file: a failed orbax restore returns while tensorstore still
+reads, and those reads later find orbax's event loop closed (unraisable "Event loop
+is closed" errors); over several processes, the processes whose reads succeed can
+wait forever, in orbax's barrier, for one that failed. Then orbax restores onto the
+mesh given (any number of devices or processes; orbax reshards), or onto one device;
+last, every array's checksum is recomputed on the restored arrays and compared with
+the header, which catches values that differ from those saved though the files are
+the ones recorded (e.g. damage done before process 0 read them back).
 
 The array checksum does not depend on how the array is sharded, so it is computed
 where the arrays are, under `jax.jit`, by every process at once, and checked after
