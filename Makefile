@@ -41,12 +41,12 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/snake_ppo.py --out runs/demo/snake
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks tools
+	$(BIN)/ruff format --check src tests examples benchmarks tools
 
 format: $(VENV)/.installed-dev
-	$(BIN)/ruff check --fix src tests examples benchmarks
-	$(BIN)/ruff format src tests examples benchmarks
+	$(BIN)/ruff check --fix src tests examples benchmarks tools
+	$(BIN)/ruff format src tests examples benchmarks tools
 
 docs: $(VENV)/.installed-dev
 	$(BIN)/mkdocs build --strict

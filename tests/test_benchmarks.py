@@ -33,6 +33,16 @@ NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 # with tiny sizes), the figures it must print (a regular expression per figure, its
 # group a number) and the packages it needs beyond the dev venv's.
 SMOKE_RUNS = {
+    "bench_check.py": (
+        # Against HEAD (a CI clone has no upstream), toy sizes, one pair.
+        ["--base", "HEAD", "--quick", "--pairs", "1", "--repeats", "1"]
+        + ["--workloads", "ppo-contract", "snake"],
+        [
+            rf"^\s*{name}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}x\s+{NUMBER}x"
+            for name in ("ppo-contract", "snake")
+        ],
+        [],
+    ),
     "env_throughput.py": (
         ["--num-envs", "64", "--steps", "100", "--repeats", "1", "--min-work", "1000"],
         [rf"^\s*64\s+100\s+{NUMBER}\s+{NUMBER}\s"],  # best and median steps/s

@@ -140,10 +140,11 @@ class AutoReset(AbstractWrapper):
     - `on_truncation`: optional `function(final_timestep) -> pytree of arrays`, for
       work needed only when an episode is truncated (PPO passes its critic, to value
       the final observation it bootstraps from). It runs in a `lax.cond` of its own,
-      only on steps where an episode was truncated (under `vmap`, where any member's
-      was), so it costs nothing on other steps, including the far more frequent
-      steps where episodes only terminate; its output is `extras["at_truncation"]`,
-      zeros on steps where the episode was not truncated (and after `reset`).
+      nested in the reset's, only on steps where an episode was truncated (under
+      `vmap`, where any member's was), so it costs nothing on other steps,
+      including the far more frequent steps where episodes only terminate; its
+      output is `extras["at_truncation"]`, zeros on steps where the episode was not
+      truncated (and after `reset`).
     """
 
     env: AbstractEnvironment
@@ -169,25 +170,34 @@ class AutoReset(AbstractWrapper):
         state, timestep = self.env.step(state, action, step_key)
         done = timestep.terminated | timestep.truncated
         stepped = (state, timestep.observation, timestep.action_mask)
+        hook = self.on_truncation
+        nothing = None if hook is None else self._nothing(timestep)
 
-        def reset_where_done():
+        def episode_ended():
             reset_state, reset_timestep = self.env.reset(reset_key)
             fresh = (
                 reset_state,
                 reset_timestep.observation,
                 reset_timestep.action_mask,
             )
-            return jtu.tree_map(
+            restarted = jtu.tree_map(
                 lambda new, old: jnp.where(done, new, old), fresh, stepped
             )
+            # A truncation ends an episode, so the hook's conditional can live
+            # inside the reset's: on most steps (no episode ended) the step pays
+            # for one conditional, not two, and where episodes end at nearly every
+            # step (thousands of environments) the hook still runs only on
+            # truncations.
+            at_truncation = None if hook is None else self._at_truncation(timestep)
+            return restarted, at_truncation
 
-        next_state, observation, action_mask = lax.cond(
-            any_in_vmapped_batch(done), reset_where_done, lambda: stepped
+        (next_state, observation, action_mask), at_truncation = lax.cond(
+            any_in_vmapped_batch(done), episode_ended, lambda: (stepped, nothing)
         )
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
-        if self.on_truncation is not None:
-            extras["at_truncation"] = self._at_truncation(timestep)
+        if hook is not None:
+            extras["at_truncation"] = at_truncation
         timestep = TimeStep(
             observation=observation,
             reward=timestep.reward,
@@ -200,10 +210,10 @@ class AutoReset(AbstractWrapper):
 
     def _at_truncation(self, final: TimeStep) -> PyTree:
         """`on_truncation(final)` where the episode was truncated, zeros elsewhere;
-        run only when some episode was. Its own conditional, not the reset's:
-        episodes terminate far more often than they are truncated (with thousands of
-        environments some terminate at nearly every step), and the hook (a critic)
-        can cost more than the environment step."""
+        run only when some episode was. A conditional of its own inside the
+        reset's: episodes terminate far more often than they are truncated (with
+        thousands of environments some terminate at nearly every step), and the
+        hook (a critic) can cost more than the environment step."""
         nothing = self._nothing(final)
 
         def run():

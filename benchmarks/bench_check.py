@@ -1,0 +1,274 @@
+"""The speed guard: the working tree against an earlier commit, side by side.
+
+`make bench-check` (or `python benchmarks/bench_check.py`) times four workloads with
+the working tree's `src/` (uncommitted changes included) and with the `src/` of
+`--base` (default: the commit the current branch's upstream points at, else `HEAD`),
+each side in a process of its own, alternating sides (A B, then B A) for `--pairs`
+rounds, and prints each round's speed ratio tree/base (> 1: the tree is faster), the
+median and best ratio, and a warning for any workload whose median falls more than
+3% below the base. Compile time is reported apart and never enters the ratio.
+
+The workloads (steps per second of a whole compiled run; the best of `--repeats`
+timed runs after one untimed warm-up, inside each process):
+
+- `ppo-contract`: PPO on CartPole-v1 at the contract config, 4 envs x 128 steps,
+  500k steps (`benchmarks/ppo_cartpole.py`, "contract");
+- `ppo-wide`: the same with 512 envs x 128 steps, 2^20 steps ("wide");
+- `dqn`: DQN on rejax's CartPole settings (`benchmarks/value_based.py`), 50k steps;
+- `snake`: the 10x10 Snake environment alone, 1,024 environments x 2,048 steps,
+  random valid moves (`benchmarks/snake.py`); five times the repeats.
+
+Both sides run this file's harness; only `eqxrl` differs (`PYTHONPATH`). Run it on
+an idle machine: another process on one of two cores halves a program's speed.
+
+    make bench-check                       # against the upstream / HEAD
+    make bench-check BASE=66824e2          # against a given commit
+    .venv/bin/python benchmarks/bench_check.py --base main~3 --pairs 3 \\
+        --workloads ppo-contract snake
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+WORKLOADS = ("ppo-contract", "ppo-wide", "dqn", "snake")
+DROP = 0.03
+
+
+def _timed(run, repeats: int) -> tuple[float, float]:
+    """(compile-and-first-run seconds, best seconds of `repeats` timed runs)."""
+    import jax
+
+    start = time.perf_counter()
+    jax.block_until_ready(run(0))
+    first = time.perf_counter() - start
+    best = float("inf")
+    for seed in range(1, repeats + 1):
+        start = time.perf_counter()
+        jax.block_until_ready(run(seed))
+        best = min(best, time.perf_counter() - start)
+    return first, best
+
+
+def _measure(workload: str, repeats: int, quick: bool) -> dict[str, float]:
+    """Steps per second and compile seconds of one workload, in this process
+    (`quick`: toy sizes, to check that the script works)."""
+    import equinox as eqx
+    import jax.random as jr
+
+    sys.path.insert(0, str(REPOSITORY / "benchmarks"))
+    if workload in ("ppo-contract", "ppo-wide"):
+        from ppo_cartpole import make_ppo
+
+        ppo = make_ppo(workload.removeprefix("ppo-"), 4096 if quick else None)
+        start = time.perf_counter()
+        compiled = ppo.lower(jr.key(0)).compile()
+        compile_seconds = time.perf_counter() - start
+        steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
+
+        def run(seed):
+            return compiled(ppo, jr.key(seed), True)
+
+    elif workload == "dqn":
+        from value_based import eqxrl_dqn_on_rejax_settings
+
+        dqn = eqxrl_dqn_on_rejax_settings(6_000 if quick else 50_000)
+        train = eqx.filter_jit(
+            lambda algorithm, key: algorithm.train(key),
+            compiler_options=dqn.compiler_options,
+        )
+        start = time.perf_counter()
+        compiled = train.lower(dqn, jr.key(0)).compile()
+        compile_seconds = time.perf_counter() - start
+        steps = dqn.num_iterations * dqn.steps_per_iteration
+
+        def run(seed):
+            return compiled(dqn, jr.key(seed))
+
+    elif workload == "snake":
+        from snake import eqxrl_loop
+
+        num_envs, num_steps = (64, 16) if quick else (1024, 2048)
+        loop = eqxrl_loop(10, num_envs, num_steps)
+        start = time.perf_counter()
+        compiled = loop.lower(jr.key(0)).compile()
+        compile_seconds = time.perf_counter() - start
+        steps = num_envs * num_steps
+
+        def run(seed):
+            return compiled(jr.key(seed))
+
+    else:
+        raise ValueError(f"unknown workload {workload!r}; choose from {WORKLOADS}")
+    # Snake's runs are short (half a second) and this 2-core VM's speed for them is
+    # bimodal (1.8M or 3.9M steps/s, whatever the code): more runs find the fast mode.
+    _, best = _timed(run, repeats * 5 if workload == "snake" else repeats)
+    return {"steps_per_second": steps / best, "compile_seconds": compile_seconds}
+
+
+def _worker(workloads: list[str], repeats: int, quick: bool) -> None:
+    import eqxrl
+
+    results = {"eqxrl": eqxrl.__file__}
+    for workload in workloads:
+        results[workload] = _measure(workload, repeats, quick)
+    print("RESULT " + json.dumps(results), flush=True)
+
+
+def _git(*arguments: str) -> str:
+    return subprocess.run(
+        ["git", *arguments], cwd=REPOSITORY, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _default_base() -> str:
+    try:
+        return _git("rev-parse", "--verify", "-q", "@{upstream}")
+    except subprocess.CalledProcessError:
+        return _git("rev-parse", "HEAD")
+
+
+def _export_source(commit: str, folder: Path) -> Path:
+    """`commit`'s `src/` written under `folder`; returns the folder to import from."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "src"],
+        cwd=REPOSITORY,
+        check=True,
+        capture_output=True,
+    ).stdout
+    archive_path = folder / "src.tar"
+    archive_path.write_bytes(archive)
+    with tarfile.open(archive_path) as tar:
+        tar.extractall(folder, filter="data")
+    return folder / "src"
+
+
+def _run_side(source: Path, workloads: list[str], repeats: int, quick: bool) -> dict:
+    environment = dict(os.environ, PYTHONPATH=str(source))
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--repeats",
+        str(repeats),
+        "--workloads",
+        *workloads,
+        *(["--quick"] if quick else []),
+    ]
+    completed = subprocess.run(
+        command, env=environment, capture_output=True, text=True, check=False
+    )
+    lines = [
+        line for line in completed.stdout.splitlines() if line.startswith("RESULT ")
+    ]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"bench-check worker on {source} failed ({completed.returncode}):\n"
+            f"{completed.stderr[-4000:]}"
+        )
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    if not result["eqxrl"].startswith(str(source)):
+        raise RuntimeError(f"the worker imported {result['eqxrl']}, not {source}")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default=None, help="commit to compare against")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS)
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="toy sizes: check that the script works"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.workloads, args.repeats, args.quick)
+        return
+
+    base = _git("rev-parse", args.base or _default_base())
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src"))
+    head = _git("rev-parse", "--short", "HEAD")
+    cpu = _cpu_name()
+    print(
+        f"bench-check: tree ({head}{' + uncommitted changes' if dirty else ''}) vs "
+        f"base {base[:7]}, {args.pairs} pairs, best of {args.repeats} runs per "
+        f"process; CPU: {cpu}",
+        flush=True,
+    )
+    tree_source = REPOSITORY / "src"
+    results: dict[str, list[dict]] = {"tree": [], "base": []}
+    with tempfile.TemporaryDirectory(prefix="eqxrl-bench-check-") as folder:
+        base_source = _export_source(base, Path(folder))
+        sides = {"tree": tree_source, "base": base_source}
+        for pair in range(args.pairs):
+            order = ("tree", "base") if pair % 2 == 0 else ("base", "tree")
+            for side in order:
+                results[side].append(
+                    _run_side(sides[side], args.workloads, args.repeats, args.quick)
+                )
+            ratios = [
+                results["tree"][-1][w]["steps_per_second"]
+                / results["base"][-1][w]["steps_per_second"]
+                for w in args.workloads
+            ]
+            print(
+                f"  pair {pair + 1}: "
+                + ", ".join(f"{w} {r:.3f}x" for w, r in zip(args.workloads, ratios)),
+                flush=True,
+            )
+    print(
+        f"\n{'workload':>13} {'tree steps/s':>13} {'base steps/s':>13} "
+        f"{'median':>7} {'best':>6} {'compile tree/base s':>20}"
+    )
+    drops = []
+    for workload in args.workloads:
+        tree = [r[workload]["steps_per_second"] for r in results["tree"]]
+        base_rates = [r[workload]["steps_per_second"] for r in results["base"]]
+        ratios = [t / b for t, b in zip(tree, base_rates)]
+        median = statistics.median(ratios)
+        compiles = [
+            statistics.median(r[workload]["compile_seconds"] for r in results[side])
+            for side in ("tree", "base")
+        ]
+        print(
+            f"{workload:>13} {statistics.median(tree):13,.0f} "
+            f"{statistics.median(base_rates):13,.0f} {median:6.3f}x "
+            f"{max(ratios):5.3f}x {compiles[0]:9.1f} / {compiles[1]:.1f}"
+        )
+        if median < 1.0 - DROP:
+            drops.append(workload)
+    if drops:
+        print(
+            f"\nSLOWER by more than {DROP:.0%}: {', '.join(drops)}. Fix it, or justify "
+            "it in the CHANGELOG."
+        )
+    else:
+        print(f"\nNo workload slower by more than {DROP:.0%} (median of the pairs).")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+if __name__ == "__main__":
+    main()
