@@ -9,8 +9,8 @@ import pytest
 from eqxrl.nn import (
     MLPActorCritic,
     batch_size_hint,
-    householder_orthonormal_columns,
     orthogonal_matrices,
+    orthonormal_columns,
 )
 
 
@@ -30,13 +30,22 @@ def test_orthogonal_matrices_are_orthogonal(shapes):
 @pytest.mark.parametrize(
     "shapes", [[(64, 4), (64, 64), (2, 64), (1, 64)], [(3, 7), (7, 3), (1, 1), (5, 5)]]
 )
-def test_orthogonal_matrices_equal_jax_initializer_for_the_same_keys(shapes):
+def test_orthogonal_matrices_are_the_qr_factors_of_their_gaussian_draw(shapes):
+    """Each matrix is the sign-corrected Q of LAPACK's QR (NumPy's, outside XLA) of
+    its block of one `jax.random.normal` draw, as `jax.nn.initializers.orthogonal`
+    computes it for a draw of its own: the same function of a Gaussian matrix."""
     scales = [math.sqrt(2.0), 0.01, 1.0, 3.0][: len(shapes)]
     key = jr.key(7)
     matrices = orthogonal_matrices(key, shapes, scales)
-    keys = jr.split(key, len(shapes))
+    tall_shapes = [(max(shape), min(shape)) for shape in shapes]
+    rows = max(shape[0] for shape in tall_shapes)
+    columns = max(shape[1] for shape in tall_shapes)
+    noise = np.asarray(jr.normal(key, (len(shapes), rows, columns)), np.float64)
     for index, (shape, scale) in enumerate(zip(shapes, scales)):
-        expected = jax.nn.initializers.orthogonal(scale)(keys[index], shape)
+        block = noise[index, : tall_shapes[index][0], : tall_shapes[index][1]]
+        q, r = np.linalg.qr(block)
+        q = q * np.sign(np.diag(r))
+        expected = scale * (q if shape[0] >= shape[1] else q.T)
         np.testing.assert_allclose(matrices[index], expected, atol=1e-5 * scale)
 
 
@@ -91,18 +100,18 @@ def test_orthogonal_matrices_are_haar_distributed():
     assert abs(trace_of_cube.mean()) < 4 * math.sqrt(3.0) * standard_error
 
 
-def test_householder_factor_is_orthonormal_for_ill_conditioned_matrices():
-    # Columns nearly parallel (condition number about 1e6): Gram-Schmidt would lose
-    # orthogonality here; Householder reflections keep it to float precision.
+def test_orthonormal_columns_for_ill_conditioned_matrices():
+    # Columns nearly parallel (condition number about 1e6): one pass of Gram-Schmidt
+    # would lose orthogonality here; the second pass restores it.
     base = jr.normal(jr.key(0), (48, 1))
     matrix = base + 1e-6 * jr.normal(jr.key(1), (48, 16))
-    q = np.asarray(householder_orthonormal_columns(matrix), np.float64)
+    q = np.asarray(orthonormal_columns(matrix), np.float64)
     np.testing.assert_allclose(q.T @ q, np.eye(16), atol=1e-5)
 
 
-def test_householder_factor_refuses_a_wide_matrix():
+def test_orthonormal_columns_refuses_a_wide_matrix():
     with pytest.raises(ValueError, match="pass its transpose"):
-        householder_orthonormal_columns(jnp.ones((2, 3)))
+        orthonormal_columns(jnp.ones((2, 3)))
 
 
 def test_orthogonal_matrices_differ_between_layers_and_keys():

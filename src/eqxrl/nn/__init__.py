@@ -7,8 +7,8 @@ from ._actor_critic import (
 )
 from ._cnn import CNNActorCritic as CNNActorCritic
 from ._init import (
-    householder_orthonormal_columns as householder_orthonormal_columns,
     orthogonal_matrices as orthogonal_matrices,
+    orthonormal_columns as orthonormal_columns,
 )
 from ._linear import batch_size_hint as batch_size_hint
 from ._multi_input import (
