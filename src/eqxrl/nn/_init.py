@@ -45,9 +45,14 @@ def orthonormal_columns(
     def orthonormalize(column, q):
         vector = lax.dynamic_index_in_dim(matrix, column, axis=1, keepdims=False)
         # The columns of `q` from `column` on are still zero, so projecting onto
-        # all of `q` projects onto the finished ones.
+        # all of `q` projects onto the finished ones. Products written as sums of
+        # elementwise products, not matrix products: XLA picks a matrix product's
+        # kernel (and its rounding) by the program around it and by `vmap`'s batch,
+        # and the initialization must give the same bits inside `train` as in the
+        # Trainer's own `init` program.
         for _ in range(2):
-            vector = vector - q @ (q.T @ vector)
+            coefficients = jnp.sum(q * vector[:, None], axis=0)
+            vector = vector - jnp.sum(q * coefficients[None, :], axis=1)
         norm = jnp.sqrt(jnp.sum(vector * vector))
         unit = jnp.where(norm > 0.0, vector / jnp.where(norm > 0.0, norm, 1.0), 0.0)
         return lax.dynamic_update_index_in_dim(q, unit, column, axis=1)
