@@ -85,7 +85,7 @@ test-quick: $(VENV)/.installed-dev
 # pyenv's installs are found where `python3.X` itself does not run.
 PYTHONS ?= 3.11 3.12 3.13
 test-pythons:
-	@for entry in $(PYTHONS) $(lastword $(PYTHONS))-core; do \
+	@failed=""; for entry in $(PYTHONS) $(lastword $(PYTHONS))-core; do \
 		version=$${entry%-core}; extras=dev; \
 		test "$$entry" = "$$version" || extras=test; \
 		python=$$(command -v python$$version); \
@@ -94,8 +94,10 @@ test-pythons:
 		test -n "$$python" || { echo "test-pythons: no Python $$version found"; exit 1; }; \
 		echo "== Python $$version ($$extras extras): $$python"; \
 		$(MAKE) --no-print-directory PYTHON=$$python VENV=.venv-py$$entry \
-			EXTRAS=$$extras test-quick || exit 1; \
-	done
+			EXTRAS=$$extras test-quick || failed="$$failed $$entry"; \
+	done; \
+	test -z "$$failed" || { echo "test-pythons: failed on$$failed"; exit 1; }; \
+	echo "test-pythons: passed on $(PYTHONS) $(lastword $(PYTHONS))-core"
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/env_throughput.py

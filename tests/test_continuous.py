@@ -370,7 +370,7 @@ def test_brax_style_ppo_learns_pendulum():
         anneal_lr=False,
         gamma=0.95,
         ent_coef=0.0,
-        total_timesteps=16 * 128 * 30,
+        total_timesteps=16 * 128 * 40,
         normalize_observations=True,
         reward_scale=0.1,
         squash_actions=True,
@@ -385,7 +385,8 @@ def test_brax_style_ppo_learns_pendulum():
     first = np.nanmean(returns[:, :3], axis=1)
     final = np.nanmean(returns[:, -3:], axis=1)
     print("Pendulum return per seed, first and last 3 iterations:", first, final)
-    # Measured: -1206, -1232, -1179 -> -661, -851, -801.
+    # Measured: 3 of 3 after 40 iterations, -543, -397, -596 (8 other seeds: 8 of
+    # 8; after 30 iterations, 5 of 8).
     assert np.sum((final > -1000.0) & (final > first + 250.0)) >= 2, (first, final)
     state = jax.tree.map(lambda x: x[0], states)
     model = state.model
