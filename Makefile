@@ -61,11 +61,12 @@ docs-serve: $(VENV)/.installed-dev
 # slower: the other slow tests, long runs, keep XLA's defaults, as users run). See
 # CHANGELOG, Internal. The option exists only in some XLA versions (jax 0.11's
 # rejects it as an unknown flag, fatally): it is passed only where a probe with it
-# runs, so the same command works with every JAX.
+# runs, so the same command works with every JAX. (`echo` without quotes joins the
+# flags with no stray space: XLA reads an XLA_FLAGS of " " as a file name, fatally.)
 FAST_COMPILE := --xla_cpu_use_fusion_emitters=false
 KNOWN_FAST_COMPILE = $$(XLA_FLAGS="$$XLA_FLAGS $(FAST_COMPILE)" $(BIN)/python -c \
 	"import jax; jax.devices()" >/dev/null 2>&1 && echo "$(FAST_COMPILE)")
-QUICK_PASS = XLA_FLAGS="$$XLA_FLAGS $(KNOWN_FAST_COMPILE)" $(BIN)/python -m pytest \
+QUICK_PASS = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(BIN)/python -m pytest \
 	-n 2 --dist worksteal -m "not slow or compile_bound"
 test: lint
 	$(BIN)/python -c "import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
