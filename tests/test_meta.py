@@ -13,9 +13,16 @@ import eqxrl
 
 
 def all_modules():
+    """Every module of eqxrl, except a bridge whose optional peer (gymnasium, ...)
+    is not installed: such a module imports its peer at the top, and is checked
+    where the peer is (the dev extras)."""
     yield eqxrl
     for info in pkgutil.walk_packages(eqxrl.__path__, "eqxrl."):
-        yield importlib.import_module(info.name)
+        try:
+            yield importlib.import_module(info.name)
+        except ModuleNotFoundError as error:
+            if error.name is None or error.name.split(".")[0] == "eqxrl":
+                raise
 
 
 def eqxrl_classes():

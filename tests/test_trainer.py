@@ -40,7 +40,11 @@ def test_chunks_give_exactly_the_one_program_result(toy):
         assert set(metrics) == set(reference_metrics)
         for name, values in metrics.items():
             assert values.shape == (20,)
-            np.testing.assert_array_equal(values, np.asarray(reference_metrics[name]))
+            # The same states, so the same metrics up to the order of a sum's terms,
+            # which XLA may choose by the program around it (jax 0.12 does: one ulp).
+            np.testing.assert_allclose(
+                values, np.asarray(reference_metrics[name]), rtol=1e-6, atol=0
+            )
 
 
 def test_compiles_once_and_device_memory_stays_flat(toy, tmp_path):
