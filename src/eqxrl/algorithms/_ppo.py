@@ -12,7 +12,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 import optax
-from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, PyTree
 
 from .._config import in_range
 from .._filters import filter_scan
@@ -39,6 +39,7 @@ from ..nn import (
     RunningMeanStd,
     batch_size_hint,
     empty_observation_statistics,
+    reset_carry,
     update_observation_statistics,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
@@ -111,6 +112,10 @@ class PPOState(eqx.Module):
       `normalize_rewards`), else `None`.
     - `discounted_returns`: each environment's running discounted return (with
       `normalize_rewards`), else `None`.
+    - `carry`: with a recurrent network, each environment's carry as the network
+      returned it at the latest step, `[num_envs, ...]` leaves (reset to the
+      initial carry where `timestep` starts an episode, when the next step reads
+      it), else `None`.
     """
 
     model: AbstractActorCritic
@@ -122,6 +127,7 @@ class PPOState(eqx.Module):
     observation_statistics: PyTree[RunningMeanStd | None] = None
     return_statistics: RunningMeanStd | None = None
     discounted_returns: Float[Array, " num_envs"] | None = None
+    carry: PyTree[Array] | None = None
 
 
 NetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractActorCritic]
@@ -725,6 +731,13 @@ class PPO(AbstractAlgorithm[PPOState]):
             return_statistics = RunningMeanStd.zeros(())
             num_columns = timestep.reward.shape[0]
             discounted_returns = jnp.zeros(num_columns, jnp.float32)
+        carry = None
+        if model.is_recurrent:
+            num_columns = timestep.reward.shape[0]
+            carry = jtu.tree_map(
+                lambda x: jnp.broadcast_to(x, (num_columns, *x.shape)),
+                model.initial_carry(),
+            )
         return PPOState(
             model=model,
             optimizer_state=optimizer_state,
@@ -735,34 +748,64 @@ class PPO(AbstractAlgorithm[PPOState]):
             observation_statistics=observation_statistics,
             return_statistics=return_statistics,
             discounted_returns=discounted_returns,
+            carry=carry,
         )
 
     def environment_axes(self, state: PPOState) -> PyTree[int]:
-        """Environments come first in the environment states, the timesteps and
-        the running discounted returns of reward normalization."""
+        """Environments come first in the environment states, the timesteps, the
+        running discounted returns of reward normalization and the recurrent
+        carries."""
         axes = super().environment_axes(state)
-        if state.discounted_returns is None:
-            return axes
-        return eqx.tree_at(lambda tree: tree.discounted_returns, axes, 0)
+        if state.discounted_returns is not None:
+            axes = eqx.tree_at(lambda tree: tree.discounted_returns, axes, 0)
+        if state.carry is not None:
+            axes = eqx.tree_at(
+                lambda tree: tree.carry,
+                axes,
+                jtu.tree_map(lambda _: 0, state.carry),
+            )
+        return axes
 
     def policy(self, state: PPOState, deterministic: bool = False) -> ActorCriticPolicy:
         model = self.acting_model(state.model, state.observation_statistics)
         return ActorCriticPolicy(model, deterministic)
 
     def _act(
-        self, model: AbstractActorCritic, timestep: TimeStep, key: PRNGKeyArray
-    ) -> tuple[Array, Array, Float[Array, ""], Float[Array, ""]]:
+        self,
+        model: AbstractActorCritic,
+        carry: PyTree[Array] | None,
+        timestep: TimeStep,
+        key: PRNGKeyArray,
+    ) -> tuple[PyTree[Array] | None, Array, Array, Float[Array, ""], Float[Array, ""]]:
         """One environment: sample an action (`act` vmaps it over environments)."""
-        distribution, value = model(timestep.observation, timestep.action_mask)
+        if carry is not None:
+            carry = reset_carry(
+                carry,
+                model.initial_carry(),
+                timestep.terminated | timestep.truncated,
+            )
+        carry, distribution, value = model.step(
+            carry, timestep.observation, timestep.action_mask
+        )
         if _is_squashed(distribution):
             pre_squash, log_prob = distribution.sample_pre_squash_and_log_prob(key)
-            return pre_squash, jnp.tanh(pre_squash), log_prob, value
+            return carry, pre_squash, jnp.tanh(pre_squash), log_prob, value
         action, log_prob = distribution.sample_and_log_prob(key)
-        return action, action, log_prob, value
+        return carry, action, action, log_prob, value
 
     def act(
-        self, model: AbstractActorCritic, timestep: TimeStep, keys: Key[Array, " n"]
-    ) -> tuple[PyTree[Array], PyTree[Array], Float[Array, " n"], Float[Array, " n"]]:
+        self,
+        model: AbstractActorCritic,
+        timestep: TimeStep,
+        keys: Key[Array, " n"],
+        carry: PyTree[Array] | None = None,
+    ) -> tuple[
+        PyTree[Array] | None,
+        PyTree[Array],
+        PyTree[Array],
+        Float[Array, " n"],
+        Float[Array, " n"],
+    ]:
         """Sample every environment's action, as each step of the rollout does.
 
         **Arguments:**
@@ -771,15 +814,22 @@ class PPO(AbstractAlgorithm[PPOState]):
           state.observation_statistics)`).
         - `timestep`: the latest timestep of every environment, `[n, ...]` leaves.
         - `keys`: one PRNG key per environment, `[n]`.
+        - `carry`: a recurrent network's carries, `[n, ...]` leaves, as it
+          returned them at the previous step (`state.carry`); `None` for a
+          feed-forward network. Where `timestep` starts an episode, the network
+          reads its initial carry instead.
 
         **Returns:**
 
-        `(stored_action, action, log_prob, value)`, each `[n, ...]`: what the
+        `(carry, stored_action, action, log_prob, value)`, each `[n, ...]`: the
+        carries after this step (`None` for a feed-forward network), what the
         rollout stores (for a squashed Gaussian the sample before the `tanh`, else
         the action), the action to step with, its log-probability and the
         critic's value.
         """
-        return eqx.filter_vmap(self._act, in_axes=(None, 0, 0))(model, timestep, keys)
+        return eqx.filter_vmap(self._act, in_axes=(None, 0, 0, 0))(
+            model, carry, timestep, keys
+        )
 
     def transition(
         self,
@@ -851,11 +901,22 @@ class PPO(AbstractAlgorithm[PPOState]):
 
     def _collect(
         self, state: PPOState, key: PRNGKeyArray
-    ) -> tuple[PyTree, TimeStep, Transition, Float[Array, "num_steps num_envs"]]:
+    ) -> tuple[
+        PyTree,
+        TimeStep,
+        PyTree[Array] | None,
+        Transition,
+        Float[Array, "num_steps num_envs"],
+    ]:
         """Roll out `num_steps` steps of every environment.
 
-        Also returns, per step, the critic's value of the final observation where
-        the step truncated an episode (zero elsewhere): what GAE bootstraps from.
+        Returns the environments' states, timesteps and (recurrent networks)
+        carries after the rollout, the transitions, and per step the critic's
+        value of the final observation where the step truncated an episode (zero
+        elsewhere): what GAE bootstraps from. A recurrent network's carry flows
+        from step to step, reset where an episode starts; the truncated
+        episode's final observation is valued with the carry of the episode's
+        steps before it.
 
         With a `separate_critic` the critic is left out of the steps (XLA drops the
         unused value head) and evaluated once on all stored observations afterwards:
@@ -868,37 +929,49 @@ class PPO(AbstractAlgorithm[PPOState]):
         model = self.acting_model(state.model, state.observation_statistics)
         critic_after_rollout = model.separate_critic
 
-        def truncation_value(final: TimeStep) -> Float[Array, ""]:
-            # A truncated episode could have gone on: GAE bootstraps from the value
-            # of the state it reached. AutoReset calls this with the episode's
-            # final timestep (before the reset), only on steps where an episode
-            # was truncated.
-            return model.value(final.observation)
+        def step_environment(env_state, action, key, carry):
+            def truncation_value(final: TimeStep) -> Float[Array, ""]:
+                # A truncated episode could have gone on: GAE bootstraps from the
+                # value of the state it reached. AutoReset calls this with the
+                # episode's final timestep (before the reset), only on steps where
+                # an episode was truncated.
+                return model.step_value(carry, final.observation)
 
-        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
-        step_environments = jax.vmap(env.step)
+            env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
+            return env.step(env_state, action, key)
+
+        step_environments = jax.vmap(step_environment)
 
         def step(carry, step_key):
-            env_state, timestep = carry
+            env_state, timestep, network_carry = carry
             # jax.random.split's keys, computed so that XLA fuses it.
             keys = split(step_key, (self.num_envs, 2))
-            stored_action, action, log_prob, value = self.act(
-                model, timestep, keys[:, 0]
+            network_carry, stored_action, action, log_prob, value = self.act(
+                model, timestep, keys[:, 0], network_carry
             )
             if critic_after_rollout:
                 value = jnp.zeros_like(value)
-            env_state, next_timestep = step_environments(env_state, action, keys[:, 1])
+            env_state, next_timestep = step_environments(
+                env_state, action, keys[:, 1], network_carry
+            )
             extras = dict(next_timestep.extras)
             truncation_values = extras.pop("at_truncation")
             next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
             transition = self.transition(
                 timestep, stored_action, log_prob, value, next_timestep
             )
-            return (env_state, next_timestep), (transition, truncation_values)
+            return (env_state, next_timestep, network_carry), (
+                transition,
+                truncation_values,
+            )
 
         with self.rollout_context(model, self.num_envs):
-            (env_state, timestep), (transitions, truncation_values) = filter_scan(
-                step, (state.env_state, state.timestep), split(key, self.num_steps)
+            (env_state, timestep, carry), (transitions, truncation_values) = (
+                filter_scan(
+                    step,
+                    (state.env_state, state.timestep, state.carry),
+                    split(key, self.num_steps),
+                )
             )
         if critic_after_rollout:
             observations = self._restore_observation(transitions.observation)
@@ -911,48 +984,33 @@ class PPO(AbstractAlgorithm[PPOState]):
             )
             values = values.reshape(self.num_steps, self.num_envs)
             transitions = eqx.tree_at(lambda t: t.value, transitions, values)
-        return env_state, timestep, transitions, truncation_values
+        return env_state, timestep, carry, transitions, truncation_values
 
     def _loss(
         self,
         model: AbstractActorCritic,
         observation_statistics: PyTree[RunningMeanStd | None],
         batch: Transition,
-        advantages: Float[Array, " minibatch"],
-        returns: Float[Array, " minibatch"],
-        noise: Float[Array, "minibatch ..."] | None = None,
+        advantages: Float[Array, "*minibatch"],
+        returns: Float[Array, "*minibatch"],
+        noise: Float[Array, "..."] | None = None,
+        carry: PyTree[Array] | None = None,
     ) -> tuple[Float[Array, ""], dict[str, Array]]:
         """The PPO loss of a minibatch, or of a block of its rows: every term is a
         mean over rows, and `advantages` come normalized over the whole minibatch.
         For a squashed Gaussian policy, `noise` (standard normal, one draw per action
         entry) samples the estimate of the squashed distribution's entropy; `None`
-        otherwise."""
+        otherwise. A recurrent network's minibatch is `[num_steps, n]` sequences,
+        replayed from `carry` (see `replay`)."""
         network = self.acting_model(model, observation_statistics)
-
-        def evaluate(observation, action_mask, action, noise):
-            observation = self._restore_observation(observation)
-            distribution, value = network(observation, action_mask)
-            if isinstance(distribution, MaskedCategorical):
-                # The entropy of the uniform distribution over the valid actions
-                # (all actions when none or all are masked, as MaskedCategorical
-                # treats them).
-                num_actions = distribution.categorical.logits.shape[-1]
-                num_valid = num_actions if action_mask is None else action_mask.sum()
-                num_valid = jnp.where(num_valid > 0, num_valid, num_actions)
-                max_entropy = jnp.log(jnp.asarray(num_valid, jnp.float32))
-            else:
-                max_entropy = jnp.float32(jnp.nan)
-            if _is_squashed(distribution):
-                # The rollout stored the sample before the tanh (see `_act`).
-                entropy = distribution.entropy_estimate(noise)
-                log_prob = distribution.log_prob_pre_squash(action)
-                return log_prob, entropy, max_entropy, value
-            entropy = distribution.entropy()
-            return distribution.log_prob(action), entropy, max_entropy, value
-
-        log_prob, entropy, max_entropy, value = jax.vmap(evaluate)(
-            batch.observation, batch.action_mask, batch.action, noise
-        )
+        if carry is None:
+            log_prob, entropy, max_entropy, value = jax.vmap(
+                lambda *row: self._evaluate(network, None, *row)[1]
+            )(batch.observation, batch.action_mask, batch.action, noise)
+        else:
+            log_prob, entropy, max_entropy, value = self.replay(
+                network, carry, batch, noise
+            )
         log_ratio = log_prob - batch.log_prob
         ratio = jnp.exp(log_ratio)
         clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_eps, 1.0 + self.clip_eps)
@@ -981,6 +1039,124 @@ class PPO(AbstractAlgorithm[PPOState]):
             statistics["max_entropy"] = max_entropy.mean()
         return total_loss, statistics
 
+    def _evaluate(
+        self,
+        network: AbstractActorCritic,
+        carry: PyTree[Array] | None,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None,
+        action: Array,
+        noise: Array | None,
+    ) -> tuple[PyTree[Array] | None, tuple[Array, Array, Array, Array]]:
+        """One stored step re-evaluated: the network's next carry, and the
+        action's log-probability, the entropy, the entropy of the uniform policy
+        over the valid actions (NaN for `Box` actions) and the value."""
+        observation = self._restore_observation(observation)
+        carry, distribution, value = network.step(carry, observation, action_mask)
+        if isinstance(distribution, MaskedCategorical):
+            # The entropy of the uniform distribution over the valid actions
+            # (all actions when none or all are masked, as MaskedCategorical
+            # treats them).
+            num_actions = distribution.categorical.logits.shape[-1]
+            num_valid = num_actions if action_mask is None else action_mask.sum()
+            num_valid = jnp.where(num_valid > 0, num_valid, num_actions)
+            max_entropy = jnp.log(jnp.asarray(num_valid, jnp.float32))
+        else:
+            max_entropy = jnp.float32(jnp.nan)
+        if _is_squashed(distribution):
+            # The rollout stored the sample before the tanh (see `_act`).
+            entropy = distribution.entropy_estimate(noise)
+            log_prob = distribution.log_prob_pre_squash(action)
+            return carry, (log_prob, entropy, max_entropy, value)
+        entropy = distribution.entropy()
+        return carry, (distribution.log_prob(action), entropy, max_entropy, value)
+
+    def starting_carries(
+        self,
+        model: AbstractActorCritic,
+        carry: PyTree[Array] | None,
+        timestep: TimeStep,
+    ) -> PyTree[Array] | None:
+        """The carries a network reads `timestep`'s observations with (`[n, ...]`
+        leaves): its initial carry where an observation starts an episode (the
+        timestep of a terminated or truncated step, which `AutoReset` shows with
+        the next episode's first observation), else `carry`. `None`
+        (feed-forward) stays `None`.
+
+        **Arguments:**
+
+        - `model`: the network.
+        - `carry`: the carries it returned at the previous step, `[n, ...]`.
+        - `timestep`: the timesteps about to be read, `[n, ...]` leaves.
+
+        **Returns:**
+
+        The carries, `[n, ...]` leaves.
+        """
+        if carry is None:
+            return None
+        return jax.vmap(reset_carry, in_axes=(0, None, 0))(
+            carry, model.initial_carry(), timestep.terminated | timestep.truncated
+        )
+
+    def replay(
+        self,
+        network: AbstractActorCritic,
+        carry: PyTree[Array],
+        sequences: Transition,
+        noise: Array | None = None,
+    ) -> tuple[
+        Float[Array, "num_steps n"],
+        Float[Array, "num_steps n"],
+        Float[Array, "num_steps n"],
+        Float[Array, "num_steps n"],
+    ]:
+        """A recurrent network re-reads stored sequences (backpropagation through
+        time goes through this): from `carry`, step by step, with the carry reset
+        where `sequences.extras["episode_start"]` says an episode starts, as the
+        rollout did.
+
+        **Arguments:**
+
+        - `network`: the acting model (behind the observation normalizer, if any).
+        - `carry`: the carries the sequences' first step was read with, `[n, ...]`.
+        - `sequences`: transitions `[num_steps, n, ...]`, with
+          `extras["episode_start"]` (bool `[num_steps, n]`).
+        - `noise`: for a squashed Gaussian, standard normal `[num_steps, n, ...]`
+          samples of the entropy estimate; else `None`.
+
+        **Returns:**
+
+        `(log_prob, entropy, max_entropy, value)`, each `[num_steps, n]`: the
+        stored actions' log-probabilities, the entropies, the uniform policy's
+        entropies (NaN for `Box` actions) and the values.
+        """
+        initial = network.initial_carry()
+        evaluate = jax.vmap(
+            lambda *step: self._evaluate(network, *step),
+            in_axes=(0, 0, 0, 0, None if noise is None else 0),
+        )
+
+        def time_step(carry, step):
+            episode_start, observation, action_mask, action, step_noise = step
+            carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
+                carry, initial, episode_start
+            )
+            return evaluate(carry, observation, action_mask, action, step_noise)
+
+        _, outputs = filter_scan(
+            time_step,
+            carry,
+            (
+                sequences.extras["episode_start"],
+                sequences.observation,
+                sequences.action_mask,
+                sequences.action,
+                noise,
+            ),
+        )
+        return outputs
+
     def train_iteration(self, state: PPOState) -> tuple[PPOState, dict[str, Array]]:
         """One rollout of `num_steps` x `num_envs` steps, then the PPO updates.
 
@@ -993,15 +1169,20 @@ class PPO(AbstractAlgorithm[PPOState]):
         minibatch updates) and `learning_rate` (of this iteration's last update).
         """
         key, collect_key, update_key = split(state.key, 3)
-        env_state, timestep, transitions, truncation_values = self._collect(
+        env_state, timestep, carry, transitions, truncation_values = self._collect(
             state, collect_key
         )
+        # The carries the rollout's first step read its observations with.
+        segment_carry = self.starting_carries(state.model, state.carry, state.timestep)
         state = eqx.tree_at(
-            lambda s: (s.env_state, s.timestep, s.key),
+            lambda s: (s.env_state, s.timestep, s.key, s.carry),
             state,
-            (env_state, timestep, key),
+            (env_state, timestep, key, carry),
+            is_leaf=lambda x: x is None,
         )
-        return self.learn(state, transitions, truncation_values, update_key)
+        return self.learn(
+            state, transitions, truncation_values, update_key, segment_carry
+        )
 
     @contextlib.contextmanager
     def rollout_context(
@@ -1032,10 +1213,17 @@ class PPO(AbstractAlgorithm[PPOState]):
         transitions: Transition,
         truncation_values: Float[Array, "num_steps n"],
         key: PRNGKeyArray,
+        segment_carry: PyTree[Array] | None = None,
     ) -> tuple[PPOState, dict[str, Array]]:
         """Everything an iteration does after its rollout: the advantages (GAE),
         `num_epochs` passes of minibatch updates over the rollout, the running
         statistics and the metrics.
+
+        A recurrent network learns by backpropagation through time over the
+        whole rollout: each minibatch is a set of environments' sequences
+        (`num_minibatches` must divide their number), replayed from
+        `segment_carry` with the carry reset where an episode starts, as the
+        rollout did.
 
         **Arguments:**
 
@@ -1046,6 +1234,9 @@ class PPO(AbstractAlgorithm[PPOState]):
         - `truncation_values`: per step, the critic's value of the final
           observation where the step truncated an episode, else zero.
         - `key`: the PRNG key of the updates (minibatch order).
+        - `segment_carry`: a recurrent network's carries at the rollout's first
+          step, as it read the first observations (`[n, ...]` leaves, already
+          reset where those start episodes); `None` for a feed-forward network.
 
         **Returns:**
 
@@ -1055,7 +1246,16 @@ class PPO(AbstractAlgorithm[PPOState]):
         # observation's after the rollout, and the final observation's where an
         # episode was truncated (AutoReset already shows the next episode there).
         acting = self.acting_model(state.model, state.observation_statistics)
-        last_value = jax.vmap(acting.value)(state.timestep.observation)
+        recurrent = acting.is_recurrent
+        if recurrent and segment_carry is None:
+            raise ValueError(
+                "PPO.learn: a recurrent network needs the carries its rollout "
+                "started from (segment_carry)."
+            )
+        last_value = jax.vmap(acting.step_value)(
+            self.starting_carries(acting, state.carry, state.timestep),
+            state.timestep.observation,
+        )
         next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
         next_values = jnp.where(transitions.truncated, truncation_values, next_values)
         rewards = transitions.reward
@@ -1087,13 +1287,25 @@ class PPO(AbstractAlgorithm[PPOState]):
         optimizer = self.make_optimizer()
         grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
         squashed = self._squashed_policy(state)
+        if recurrent:
+            # Minibatches of whole sequences: environments, not steps.
+            sequences = self._sequences(transitions, advantages, returns)
+            num_rows, minibatch_rows = num_columns, num_columns // self.num_minibatches
+        else:
+            num_rows, minibatch_rows = batch_size, minibatch_size
 
         def minibatch_update(carry, inputs):
             model, optimizer_state = carry
             indices, noise_key = inputs if squashed else (inputs, None)
-            batch, batch_advantages, batch_returns = jtu.tree_map(
-                lambda x: x[indices], flat
-            )
+            if recurrent:
+                batch, batch_advantages, batch_returns = jtu.tree_map(
+                    lambda x: x[:, indices], sequences
+                )
+                batch_carry = jtu.tree_map(lambda x: x[indices], segment_carry)
+            else:
+                batch, batch_advantages, batch_returns = jtu.tree_map(
+                    lambda x: x[indices], flat
+                )
             noise = None
             if squashed:
                 noise = jr.normal(noise_key, batch.action.shape, jnp.float32)
@@ -1101,14 +1313,25 @@ class PPO(AbstractAlgorithm[PPOState]):
                 batch_advantages = (batch_advantages - batch_advantages.mean()) / (
                     batch_advantages.std() + 1e-8
                 )
-            # On CPU a large network takes a large minibatch in blocks of rows that
-            # stay in cache; the loss is a mean over rows, so its gradient is the
-            # mean of the blocks' gradients.
-            (_, statistics), grads = mean_over_row_blocks(
-                lambda *rows: grad_fn(model, state.observation_statistics, *rows),
-                (batch, batch_advantages, batch_returns, noise),
-                cpu_row_blocks(minibatch_size, model),
-            )
+            if recurrent:
+                (_, statistics), grads = grad_fn(
+                    model,
+                    state.observation_statistics,
+                    batch,
+                    batch_advantages,
+                    batch_returns,
+                    noise,
+                    batch_carry,
+                )
+            else:
+                # On CPU a large network takes a large minibatch in blocks of rows
+                # that stay in cache; the loss is a mean over rows, so its
+                # gradient is the mean of the blocks' gradients.
+                (_, statistics), grads = mean_over_row_blocks(
+                    lambda *rows: grad_fn(model, state.observation_statistics, *rows),
+                    (batch, batch_advantages, batch_returns, noise),
+                    cpu_row_blocks(minibatch_size, model),
+                )
             updates, optimizer_state = optimizer.update(
                 grads, optimizer_state, eqx.filter(model, eqx.is_array)
             )
@@ -1118,8 +1341,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         def epoch(carry, epoch_key):
             if squashed:
                 epoch_key, noise_key = split(epoch_key)
-            permutation = random_permutation(epoch_key, batch_size)
-            indices = permutation.reshape(self.num_minibatches, minibatch_size)
+            permutation = random_permutation(epoch_key, num_rows)
+            indices = permutation.reshape(self.num_minibatches, minibatch_rows)
             if squashed:
                 indices = (indices, split(noise_key, self.num_minibatches))
             return filter_scan(minibatch_update, carry, indices)
@@ -1152,8 +1375,32 @@ class PPO(AbstractAlgorithm[PPOState]):
             observation_statistics=observation_statistics,
             return_statistics=return_statistics,
             discounted_returns=discounted_returns,
+            carry=state.carry,
         )
         return state, metrics
+
+    def _sequences(
+        self,
+        transitions: Transition,
+        advantages: Float[Array, "num_steps n"],
+        returns: Float[Array, "num_steps n"],
+    ) -> tuple[Transition, Float[Array, "num_steps n"], Float[Array, "num_steps n"]]:
+        """The rollout as sequences for a recurrent network: the transitions with
+        `extras["episode_start"]`, whether each step's observation is the first
+        of an episode (the step after a terminated or truncated one; the first
+        step's carry comes reset already), and the advantages and returns."""
+        done = transitions.terminated | transitions.truncated
+        episode_start = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+        if self.num_minibatches > done.shape[1] or done.shape[1] % self.num_minibatches:
+            raise ValueError(
+                "PPO: a recurrent network learns from whole sequences, in "
+                "minibatches of environments: num_minibatches="
+                f"{self.num_minibatches} must divide the {done.shape[1]} "
+                "environments stepped together."
+            )
+        extras = {**transitions.extras, "episode_start": episode_start}
+        transitions = eqx.tree_at(lambda t: t.extras, transitions, extras)
+        return transitions, advantages, returns
 
     def _normalize_rewards(
         self,

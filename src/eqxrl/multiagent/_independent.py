@@ -533,32 +533,49 @@ class Independent(AbstractAlgorithm[IndependentState]):
             learners.model, learners.observation_statistics
         )
 
-        def truncation_values(final: TimeStep) -> Float[Array, " num_agents"]:
-            # Each agent's value of its own final observation, for one world whose
-            # episode was truncated (PPO's bootstrap).
-            if shared:
-                views = every_agent_with_index(final.observation, num_agents)
-                return jax.vmap(models.value)(views)
-            return eqx.filter_vmap(lambda m, o: m.value(o))(models, final.observation)
+        def step_world(env_state, action, key, world_carry):
+            def truncation_values(final: TimeStep) -> Float[Array, " num_agents"]:
+                # Each agent's value of its own final observation, for one world
+                # whose episode was truncated (PPO's bootstrap), read with the
+                # agent's carry (recurrent networks).
+                if shared:
+                    views = every_agent_with_index(final.observation, num_agents)
+                    return jax.vmap(models.step_value)(world_carry, views)
+                return eqx.filter_vmap(lambda m, c, o: m.step_value(c, o))(
+                    models, world_carry, final.observation
+                )
 
-        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_values)
-        step_worlds = jax.vmap(env.step)
-        act = agents(ppo.act, in_axes=(0, 0, 0))
+            env = AutoReset(
+                EpisodeStatistics(self.env), on_truncation=truncation_values
+            )
+            return env.step(env_state, action, key)
+
+        step_worlds = jax.vmap(step_world)
+        act = agents(ppo.act, in_axes=(0, 0, 0, 0))
         record = agents(ppo.transition, in_axes=0)
+        # Recurrent networks: the carries each agent's first step reads.
+        segment_carry = agents(ppo.starting_carries, in_axes=(0, 0, 0))(
+            learners.model, learners.carry, learners.timestep
+        )
 
         def step(carry, inputs):
-            env_state, views = carry
+            env_state, views, network_carry = carry
             action_keys, step_keys = inputs
-            stored_action, action, log_prob, value = act(models, views, action_keys)
+            network_carry, stored_action, action, log_prob, value = act(
+                models, views, action_keys, network_carry
+            )
             env_state, timestep = step_worlds(
-                env_state, self._joint_action(action), step_keys
+                env_state,
+                self._joint_action(action),
+                step_keys,
+                jax.tree.map(self._joint_action, network_carry),
             )
             extras = dict(timestep.extras)
             truncation = self._learner_columns(extras.pop("at_truncation"))
             timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
             next_views = self._views(timestep)
             transition = record(views, stored_action, log_prob, value, next_views)
-            return (env_state, next_views), (
+            return (env_state, next_views, network_carry), (
                 transition,
                 truncation,
                 _episode_ends(timestep),
@@ -570,10 +587,12 @@ class Independent(AbstractAlgorithm[IndependentState]):
             else jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, models)
         )
         with ppo.rollout_context(one_model, columns):
-            (env_state, views), (transitions, truncation, episode) = scan_or_step(
-                step,
-                (state.env_state, learners.timestep),
-                (action_keys, step_keys),
+            (env_state, views, carry), (transitions, truncation, episode) = (
+                scan_or_step(
+                    step,
+                    (state.env_state, learners.timestep, learners.carry),
+                    (action_keys, step_keys),
+                )
             )
         if not shared:  # [steps, agents, ...] to each agent's [steps, ...]
             transitions, truncation = jax.tree.map(
@@ -583,10 +602,15 @@ class Independent(AbstractAlgorithm[IndependentState]):
         # Through tree_at: a stack of states would fail PPOState's per-learner
         # shape checks.
         learners = eqx.tree_at(
-            lambda s: (s.timestep, s.key), learners, (views, next_keys)
+            lambda s: (s.timestep, s.key, s.carry),
+            learners,
+            (views, next_keys, carry),
+            is_leaf=lambda x: x is None,
         )
-        learn = agents(ppo.learn, in_axes=(0, 0, 0, 0))
-        learners, metrics = learn(learners, transitions, truncation, update_keys)
+        learn = agents(ppo.learn, in_axes=(0, 0, 0, 0, 0))
+        learners, metrics = learn(
+            learners, transitions, truncation, update_keys, segment_carry
+        )
 
         # Episodes are the worlds' (learn's are each agent's view of them).
         metrics.update(self._episode_metrics(episode))

@@ -40,6 +40,15 @@ from ._q_networks import (
     epsilon_greedy_action as epsilon_greedy_action,
     greedy_action as greedy_action,
 )
+from ._recurrent import (
+    AbstractRecurrentActorCritic as AbstractRecurrentActorCritic,
+    ActorCriticCarry as ActorCriticCarry,
+    GRUActorCritic as GRUActorCritic,
+    GRUCarry as GRUCarry,
+    LSTMActorCritic as LSTMActorCritic,
+    LSTMCarry as LSTMCarry,
+    reset_carry as reset_carry,
+)
 from ._sac_networks import (
     MLPTanhGaussianActor as MLPTanhGaussianActor,
     MLPTwinCritic as MLPTwinCritic,

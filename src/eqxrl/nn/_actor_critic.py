@@ -108,6 +108,35 @@ class AbstractActorCritic(eqx.Module):
     def value(self, observation: PyTree[Array]) -> Float[Array, ""]:
         """The state value alone (cheaper than `__call__`)."""
 
+    def initial_carry(self) -> PyTree[Array] | None:
+        """One environment's recurrent state at an episode's start: `None` for a
+        feed-forward network (see
+        [`AbstractRecurrentActorCritic`][eqxrl.nn.AbstractRecurrentActorCritic])."""
+        return None
+
+    def step(
+        self,
+        carry: PyTree[Array] | None,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[PyTree[Array] | None, AbstractActionDistribution, Float[Array, ""]]:
+        """One step of an episode, `(next_carry, distribution, value)`: for a
+        feed-forward network, `carry` unchanged and `__call__`'s outputs."""
+        distribution, value = self(observation, action_mask)
+        return carry, distribution, value
+
+    def step_value(
+        self, carry: PyTree[Array] | None, observation: PyTree[Array]
+    ) -> Float[Array, ""]:
+        """The value of `observation` read with `carry` (feed-forward: `value`)."""
+        del carry
+        return self.value(observation)
+
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether the network carries a state from step to step (`False`)."""
+        return False
+
     @property
     def separate_critic(self) -> bool:
         """Whether the value shares no computation with the policy.

@@ -136,6 +136,32 @@ class NormalizedActorCritic(AbstractActorCritic):
     def value(self, observation: PyTree[Array]) -> Float[Array, ""]:
         return self.model.value(normalize_observation(self.statistics, observation))
 
+    def initial_carry(self) -> PyTree[Array] | None:
+        """That of the wrapped model."""
+        return self.model.initial_carry()
+
+    def step(
+        self,
+        carry: PyTree[Array] | None,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[PyTree[Array] | None, AbstractActionDistribution, Float[Array, ""]]:
+        return self.model.step(
+            carry, normalize_observation(self.statistics, observation), action_mask
+        )
+
+    def step_value(
+        self, carry: PyTree[Array] | None, observation: PyTree[Array]
+    ) -> Float[Array, ""]:
+        return self.model.step_value(
+            carry, normalize_observation(self.statistics, observation)
+        )
+
+    @property
+    def is_recurrent(self) -> bool:
+        """That of the wrapped model."""
+        return self.model.is_recurrent
+
     @property
     def separate_critic(self) -> bool:
         """That of the wrapped model."""

@@ -1,0 +1,453 @@
+"""Recurrent actor-critics: an observation encoder, Equinox's GRU or LSTM cell, and
+actor and critic heads, stepping one observation at a time with a typed carry."""
+
+import abc
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
+
+from ..distributions import (
+    AbstractActionDistribution,
+    DiagonalGaussian,
+    MaskedCategorical,
+)
+from ..envs import AbstractSpace, Box, Discrete
+from ._actor_critic import (
+    AbstractActorCritic,
+    StdParameterization,
+    _forward,
+    _linear_layers,
+    gaussian_head,
+    gaussian_scale_parameter,
+)
+from ._init import orthogonal_matrices
+from ._multi_input import ObservationEncoder
+
+
+class GRUCarry(eqx.Module):
+    """The recurrent state of a GRU: its hidden vector.
+
+    One environment's carry is `[hidden_size]`; a batch of them (e.g. one per
+    environment of a rollout) has leading axes, `[num_envs, hidden_size]`.
+
+    **Arguments:**
+
+    - `hidden`: float32 `[*batch, hidden_size]`.
+    """
+
+    hidden: Float[Array, "*batch hidden_size"]
+
+
+class LSTMCarry(eqx.Module):
+    """The recurrent state of an LSTM: its hidden and cell vectors.
+
+    **Arguments:**
+
+    - `hidden`: float32 `[*batch, hidden_size]`.
+    - `cell`: float32 `[*batch, hidden_size]`.
+    """
+
+    hidden: Float[Array, "*batch hidden_size"]
+    cell: Float[Array, "*batch hidden_size"]
+
+
+class ActorCriticCarry(eqx.Module):
+    """The carry of an actor-critic whose actor and critic have a recurrent core
+    each (an asymmetric network: the critic reads what the actor must not).
+
+    **Arguments:**
+
+    - `actor`: the actor core's carry.
+    - `critic`: the critic core's carry.
+    """
+
+    actor: GRUCarry | LSTMCarry
+    critic: GRUCarry | LSTMCarry
+
+
+def reset_carry(
+    carry: PyTree[Array],
+    initial: PyTree[Array],
+    episode_start: Bool[Array, ""],
+) -> PyTree[Array]:
+    """`initial` where an episode starts, else `carry` (one environment; vmap it
+    over a batch).
+
+    **Arguments:**
+
+    - `carry`: the carry the network returned at the previous step.
+    - `initial`: the network's `initial_carry()`.
+    - `episode_start`: bool scalar, `True` when the observation about to be read is
+      the first of an episode.
+
+    **Returns:**
+
+    The carry to read that observation with.
+    """
+    return jax.tree.map(lambda c, i: jnp.where(episode_start, i, c), carry, initial)
+
+
+class AbstractRecurrentActorCritic(AbstractActorCritic):
+    """An actor-critic with memory: `step(carry, observation, action_mask)` reads
+    one observation with the carry of the steps before it and returns the next
+    carry with the action distribution and the value.
+
+    The reset convention, used everywhere in eqxrl: the carry a network reads an
+    observation with is `initial_carry()` when that observation is the first of an
+    episode (after `reset`, and after a terminated **or** truncated step, where
+    `AutoReset` shows the next episode's first observation), and otherwise the
+    carry it returned at the previous step.
+
+    `__call__(observation)` and `value(observation)` are the first step of an
+    episode (from `initial_carry()`), so code that checks an actor-critic's outputs
+    on one observation works unchanged.
+    """
+
+    @abc.abstractmethod
+    def initial_carry(self) -> PyTree[Array]:
+        """One environment's carry at the start of an episode (no leading axes)."""
+
+    @abc.abstractmethod
+    def step(
+        self,
+        carry: PyTree[Array],
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[PyTree[Array], AbstractActionDistribution, Float[Array, ""]]:
+        """One step of an episode: `(next_carry, distribution, value)`."""
+
+    def step_value(
+        self, carry: PyTree[Array], observation: PyTree[Array]
+    ) -> Float[Array, ""]:
+        """The value of `observation` read with `carry`."""
+        return self.step(carry, observation)[2]
+
+    def __call__(
+        self,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[AbstractActionDistribution, Float[Array, ""]]:
+        _, distribution, value = self.step(
+            self.initial_carry(), observation, action_mask
+        )
+        return distribution, value
+
+    def value(self, observation: PyTree[Array]) -> Float[Array, ""]:
+        return self.step_value(self.initial_carry(), observation)
+
+    @property
+    def is_recurrent(self) -> bool:
+        """`True`: the network carries a state from step to step."""
+        return True
+
+
+def check_carry(owner: str, carry: Any, expected: Any) -> None:
+    """A `ValueError` naming the carry's type and both shapes when `carry` is not
+    shaped as `expected` (checked at trace time: shapes are static)."""
+
+    def describe(tree: Any) -> str:
+        shapes = ", ".join(
+            f"{name}={list(jnp.shape(leaf))}" for name, leaf in _named_leaves(tree)
+        )
+        return f"{type(tree).__name__}({shapes})"
+
+    same_type = type(carry) is type(expected)
+    if same_type:
+        expected_leaves = _named_leaves(expected)
+        carry_leaves = _named_leaves(carry)
+        same_type = [n for n, _ in expected_leaves] == [n for n, _ in carry_leaves]
+    if not same_type or any(
+        jnp.shape(a) != jnp.shape(b)
+        for (_, a), (_, b) in zip(_named_leaves(carry), _named_leaves(expected))
+    ):
+        raise ValueError(
+            f"{owner}.step: the carry is {describe(carry)}, but this network "
+            f"reads one environment's {describe(expected)} (batch carries with "
+            "jax.vmap, and start each episode from initial_carry())."
+        )
+
+
+def _named_leaves(tree: Any) -> list[tuple[str, Any]]:
+    return [
+        (jax.tree_util.keystr(path, simple=True, separator="."), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    ]
+
+
+class _Core(eqx.Module):
+    """Encoder, MLP, then a recurrent cell: the features a head reads."""
+
+    encoder: ObservationEncoder
+    layers: list[eqx.nn.Linear]
+    cell: eqx.nn.GRUCell | eqx.nn.LSTMCell
+    activation: Callable[[Array], Array] = eqx.field(static=True)
+
+    def initial_carry(self) -> GRUCarry | LSTMCarry:
+        zeros = jnp.zeros(self.cell.hidden_size, jnp.float32)
+        if isinstance(self.cell, eqx.nn.LSTMCell):
+            return LSTMCarry(hidden=zeros, cell=zeros)
+        return GRUCarry(hidden=zeros)
+
+    def __call__(
+        self, carry: GRUCarry | LSTMCarry, observation: PyTree[Array]
+    ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
+        features = self.encoder(observation).astype(jnp.float32)
+        for layer in self.layers:
+            features = self.activation(layer(features))
+        if isinstance(carry, LSTMCarry):
+            hidden, cell = self.cell(features, (carry.hidden, carry.cell))
+            return LSTMCarry(hidden=hidden, cell=cell), hidden
+        hidden = self.cell(features, carry.hidden)
+        return GRUCarry(hidden=hidden), hidden
+
+
+def _core(
+    cell_type: type,
+    space: AbstractSpace,
+    keys: Sequence[str] | None,
+    encoder_sizes: Sequence[int],
+    hidden_size: int,
+    activation: Callable[[Array], Array],
+    key: PRNGKeyArray,
+) -> _Core:
+    encoder_key, mlp_key, cell_key = jr.split(key, 3)
+    encoder = ObservationEncoder(space, keys=keys, key=encoder_key)
+    sizes = [encoder.num_features, *encoder_sizes]
+    shapes = [(sizes[i + 1], sizes[i]) for i in range(len(sizes) - 1)]
+    weights = orthogonal_matrices(mlp_key, shapes, [math.sqrt(2.0)] * len(shapes))
+    cell = cell_type(sizes[-1], hidden_size, key=cell_key)
+    return _Core(encoder, _linear_layers(sizes, weights), cell, activation)
+
+
+def _head(
+    key: PRNGKeyArray,
+    input_size: int,
+    hidden_sizes: Sequence[int],
+    outputs: int,
+    gain: float,
+) -> list[eqx.nn.Linear]:
+    sizes = [input_size, *hidden_sizes, outputs]
+    shapes = [(sizes[i + 1], sizes[i]) for i in range(len(sizes) - 1)]
+    gains = [math.sqrt(2.0)] * len(hidden_sizes) + [gain]
+    return _linear_layers(sizes, orthogonal_matrices(key, shapes, gains))
+
+
+class _CellActorCritic(AbstractRecurrentActorCritic):
+    """The recurrent actor-critic of a cell type (GRU or LSTM)."""
+
+    actor_core: _Core
+    critic_core: _Core | None
+    actor: list[eqx.nn.Linear]
+    critic: list[eqx.nn.Linear]
+    log_std: Float[Array, " action_size"] | None
+    activation: Callable[[Array], Array] = eqx.field(static=True)
+    action_size: int | None = eqx.field(static=True)
+    squash: bool = eqx.field(static=True)
+    std_parameterization: StdParameterization = eqx.field(static=True)
+
+    # The cell class, set by each subclass (a class attribute, not a field).
+    _cell_type: ClassVar[type]
+
+    def __init__(
+        self,
+        observation_space: AbstractSpace,
+        action_space: AbstractSpace,
+        *,
+        hidden_size: int = 128,
+        encoder_sizes: Sequence[int] = (128,),
+        head_sizes: Sequence[int] = (128,),
+        activation: Callable[[Array], Array] = jax.nn.relu,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
+        state_dependent_std: bool = False,
+        squash: bool = False,
+        std_parameterization: StdParameterization = "log",
+        initial_log_std: float | None = None,
+        key: PRNGKeyArray,
+    ):
+        owner = type(self).__name__
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ValueError(f"{owner}: hidden_size={hidden_size!r} must be positive.")
+        for name, sizes in (
+            ("encoder_sizes", encoder_sizes),
+            ("head_sizes", head_sizes),
+        ):
+            if any(not isinstance(w, int) or w < 1 for w in sizes):
+                raise ValueError(f"{owner}: {name}={tuple(sizes)} must be positive.")
+        if isinstance(action_space, Discrete):
+            if (
+                state_dependent_std
+                or squash
+                or std_parameterization != "log"
+                or (initial_log_std is not None)
+            ):
+                raise ValueError(
+                    f"{owner}: state_dependent_std, squash, std_parameterization and "
+                    "initial_log_std shape a Gaussian policy; the action space is "
+                    "Discrete."
+                )
+            actor_outputs = action_space.num_values
+            action_size = None
+        elif isinstance(action_space, Box):
+            action_size = max(math.prod(action_space.shape), 1)
+            actor_outputs = 2 * action_size if state_dependent_std else action_size
+        else:
+            raise TypeError(
+                f"{owner}: the action space must be Discrete or Box, got "
+                f"{type(action_space).__name__}."
+            )
+        actor_core_key, critic_core_key, actor_key, critic_key = jr.split(key, 4)
+        core = lambda keys, k: _core(  # noqa: E731
+            self._cell_type,
+            observation_space,
+            keys,
+            encoder_sizes,
+            hidden_size,
+            activation,
+            k,
+        )
+        self.actor_core = core(actor_keys, actor_core_key)
+        # One core unless the critic reads other keys than the actor (an
+        # asymmetric actor-critic): the actor's carry must not remember what the
+        # actor may not see.
+        separate = actor_keys != critic_keys and not (
+            actor_keys is not None
+            and critic_keys is not None
+            and tuple(actor_keys) == tuple(critic_keys)
+        )
+        self.critic_core = core(critic_keys, critic_core_key) if separate else None
+        actor = _head(actor_key, hidden_size, head_sizes, actor_outputs, 0.01)
+        self.critic = _head(critic_key, hidden_size, head_sizes, 1, 1.0)
+        self.log_std = None
+        if action_size is not None:
+            actor, self.log_std = gaussian_scale_parameter(
+                owner,
+                actor,
+                action_size,
+                state_dependent_std,
+                std_parameterization,
+                initial_log_std,
+            )
+        self.actor = actor
+        self.activation = activation
+        self.action_size = action_size
+        self.squash = squash
+        self.std_parameterization = std_parameterization
+
+    @classmethod
+    def from_env(cls, env: Any, key: PRNGKeyArray, **options: Any) -> Any:
+        """The network for an environment's spaces, with default sizes unless
+        `options` say otherwise: a `network_factory` for PPO that checkpoints,
+        configs and the CLI (`--network gru` / `lstm`) can name.
+
+        **Arguments:**
+
+        - `env`: the environment.
+        - `key`: a PRNG key for the initial weights.
+        - `**options`: keyword arguments of the constructor (e.g.
+          `hidden_size=64`, `actor_keys=("state",)`); bind them with
+          `functools.partial(GRUActorCritic.from_env, hidden_size=64)`.
+        """
+        return cls(env.observation_space, env.action_space, key=key, **options)
+
+    def initial_carry(self) -> GRUCarry | LSTMCarry | ActorCriticCarry:
+        """Zeros (as PureJaxRL's and Flax's cells start): one environment's carry."""
+        actor = self.actor_core.initial_carry()
+        if self.critic_core is None:
+            return actor
+        return ActorCriticCarry(actor=actor, critic=self.critic_core.initial_carry())
+
+    def step(
+        self,
+        carry: GRUCarry | LSTMCarry | ActorCriticCarry,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[
+        GRUCarry | LSTMCarry | ActorCriticCarry,
+        MaskedCategorical | DiagonalGaussian,
+        Float[Array, ""],
+    ]:
+        check_carry(type(self).__name__, carry, self.initial_carry())
+        if self.critic_core is None:
+            carry, features = self.actor_core(carry, observation)
+            critic_features = features
+        else:
+            actor_carry, features = self.actor_core(carry.actor, observation)
+            critic_carry, critic_features = self.critic_core(carry.critic, observation)
+            carry = ActorCriticCarry(actor=actor_carry, critic=critic_carry)
+        outputs = _forward(self.actor, self.activation, features)
+        if self.action_size is None:
+            distribution = MaskedCategorical(outputs, action_mask)
+        else:
+            distribution = gaussian_head(
+                outputs,
+                self.log_std,
+                self.action_size,
+                self.std_parameterization,
+                self.squash,
+            )
+        value = _forward(self.critic, self.activation, critic_features)[0]
+        return carry, distribution, value
+
+
+class GRUActorCritic(_CellActorCritic):
+    """A recurrent actor-critic with Equinox's GRU cell (`eqx.nn.GRUCell`).
+
+    Each step encodes the observation
+    ([`ObservationEncoder`][eqxrl.nn.ObservationEncoder]: flattened `Box` leaves,
+    one-hot `Discrete` leaves, a CNN for images), runs it through an MLP
+    (`encoder_sizes`), updates the GRU's hidden state, and reads the hidden state
+    with an actor head (masked categorical logits for `Discrete` actions, a
+    diagonal Gaussian for `Box`) and a critic head. The defaults are PureJaxRL's
+    `ppo_rnn.py`: a 128-wide ReLU embedding, a 128-unit GRU, 128-wide ReLU heads.
+    With `critic_keys` other than `actor_keys` (a `Dict` observation), the critic
+    has an encoder and a GRU of its own, and the carry is an
+    [`ActorCriticCarry`][eqxrl.nn.ActorCriticCarry].
+
+    The carry is a [`GRUCarry`][eqxrl.nn.GRUCarry]; `step` refuses one of another
+    shape at trace time, naming both. The reset convention is
+    [`AbstractRecurrentActorCritic`][eqxrl.nn.AbstractRecurrentActorCritic]'s.
+
+    **Arguments:**
+
+    - `observation_space`: the environment's observation space.
+    - `action_space`: its action space (`Discrete` or `Box`).
+    - `hidden_size`: units of the GRU.
+    - `encoder_sizes`: widths of the MLP between the encoder and the GRU.
+    - `head_sizes`: widths of the actor's and the critic's hidden layers.
+    - `activation`: activation of the MLP layers (default ReLU, as PureJaxRL's).
+    - `actor_keys`, `critic_keys`: the `Dict` keys each reads (`None`: all).
+    - `state_dependent_std`, `squash`, `std_parameterization`, `initial_log_std`:
+      the Gaussian head of a `Box` action space, as in
+      [`MLPGaussianActorCritic`][eqxrl.nn.MLPGaussianActorCritic].
+    - `key`: a PRNG key for the initial weights.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("StatelessCartPole-v1")
+        ppo = eqxrl.PPO(env=env, network_factory=eqxrl.nn.GRUActorCritic.from_env)
+        network = eqxrl.nn.GRUActorCritic.from_env(env, jax.random.key(0))
+        carry = network.initial_carry()  # GRUCarry(hidden=f32[128])
+        carry, distribution, value = network.step(carry, jnp.zeros(2))
+        ```
+    """
+
+    _cell_type = eqx.nn.GRUCell
+
+
+class LSTMActorCritic(_CellActorCritic):
+    """A recurrent actor-critic with Equinox's LSTM cell (`eqx.nn.LSTMCell`):
+    [`GRUActorCritic`][eqxrl.nn.GRUActorCritic] with an LSTM, whose carry is an
+    [`LSTMCarry`][eqxrl.nn.LSTMCarry] (hidden and cell vectors).
+
+    **Arguments:** as [`GRUActorCritic`][eqxrl.nn.GRUActorCritic]'s.
+    """
+
+    _cell_type = eqx.nn.LSTMCell
