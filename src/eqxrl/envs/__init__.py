@@ -39,6 +39,7 @@ from ._wrappers import (
     ClipAction as ClipAction,
     EpisodeStatistics as EpisodeStatistics,
     EpisodeStatisticsState as EpisodeStatisticsState,
+    HideObservation as HideObservation,
     RescaleAction as RescaleAction,
     TimeLimit as TimeLimit,
     TimeLimitState as TimeLimitState,

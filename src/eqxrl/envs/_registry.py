@@ -1,7 +1,7 @@
 from collections.abc import Callable
 
 from ._environment import AbstractEnvironment
-from ._wrappers import TimeLimit
+from ._wrappers import HideObservation, TimeLimit
 from .builtin._cartpole import CartPole
 from .builtin._grid_maze import GridMaze
 from .builtin._pendulum import Pendulum
@@ -48,6 +48,9 @@ def make(name: str, **kwargs) -> AbstractEnvironment:
     `preset="mp"` Sorrel's `treasurehunt_mp` settings: 5 agents on 10x10, gems only,
     spawn probability 0.02, one-hot views, `TimeLimit` 50 (other keyword arguments
     override the preset's; `max_episode_steps` the limit).
+    `"StatelessCartPole-v1"` is `"CartPole-v1"` observing only the cart position
+    and the pole angle (float32 `[x, theta]`, popgym's name), a task that needs
+    memory: `TimeLimit(HideObservation(CartPole(), hidden=(1, 3)), 500)`.
 
     !!! example
 
@@ -77,6 +80,16 @@ def _grid_maze_v0(max_episode_steps: int = 50, **kwargs) -> AbstractEnvironment:
     return TimeLimit(GridMaze(**kwargs), max_episode_steps)
 
 
+def _stateless_cartpole_v1(
+    max_episode_steps: int = 500, **kwargs
+) -> AbstractEnvironment:
+    # The velocities (entries 1 and 3) are hidden: a policy must infer them from
+    # the positions it saw before.
+    return TimeLimit(
+        HideObservation(CartPole(**kwargs), hidden=(1, 3)), max_episode_steps
+    )
+
+
 def _snake_v0(**kwargs) -> AbstractEnvironment:
     return Snake(**kwargs)
 
@@ -91,6 +104,7 @@ def _treasure_hunt_v0(
 
 
 register("CartPole-v1", _cartpole_v1)
+register("StatelessCartPole-v1", _stateless_cartpole_v1)
 register("Pendulum-v1", _pendulum_v1)
 register("GridMaze-v0", _grid_maze_v0)
 register("Snake-v0", _snake_v0)

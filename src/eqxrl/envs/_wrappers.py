@@ -1,14 +1,17 @@
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 
 import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .._filters import any_in_vmapped_batch
 from .._random import split
+from ._checks import describe
 from ._environment import AbstractEnvironment, AbstractWrapper
 from ._spaces import Box
 from ._types import TimeStep
@@ -302,3 +305,149 @@ class RescaleAction(AbstractWrapper):
         return self.env.step(
             state, space.low + fraction * (space.high - space.low), key
         )
+
+
+def _as_indices(value: int | Iterable) -> tuple:
+    """Field converter: one index or a sequence of them as a tuple (a hashable
+    static field); NumPy integers become Python ints, anything else is left for
+    `__check_init__` to name."""
+    if isinstance(value, int | np.integer):
+        value = (value,)
+    return tuple(
+        int(index)
+        if isinstance(index, int | np.integer) and not isinstance(index, bool)
+        else index
+        for index in value
+    )
+
+
+class HideObservation(AbstractWrapper):
+    """Hide chosen entries of a vector observation, turning a fully observed task
+    into a partially observed one (a memory task).
+
+    The observation keeps the entries not listed in `hidden`, in their original
+    order; `observation_space` is the wrapped `Box` with those entries' bounds. The
+    state, the dynamics, rewards, flags, action masks and `render` are those of the
+    wrapped environment. `extras["final_observation"]` (from an
+    [`AutoReset`][eqxrl.envs.AutoReset] inside this wrapper) is hidden the same way,
+    so nothing hidden reaches a policy or a critic. In a multi-agent environment the
+    same entries are hidden from every agent (the last axis is the one indexed).
+
+    `eqxrl.envs.make("StatelessCartPole-v1")` is this wrapper around
+    [`CartPole`][eqxrl.envs.CartPole] hiding both velocities.
+
+    **Arguments:**
+
+    - `env`: an environment whose `observation_space` is a 1-D
+      [`Box`][eqxrl.envs.Box] (a vector of `size` entries).
+    - `hidden`: the indices of the entries to hide (an int or a sequence of ints,
+      each from 0 to `size - 1`, each once; at least one entry must stay visible).
+
+    !!! example
+
+        ```python
+        # CartPole observing [x, theta]: velocities must be inferred from the past.
+        env = eqxrl.envs.HideObservation(eqxrl.envs.CartPole(), hidden=(1, 3))
+        env.observation_space.shape  # (2,)
+        state, timestep = env.reset(jax.random.key(0))
+        timestep.observation  # [x, theta] of state.physics
+        ```
+    """
+
+    env: AbstractEnvironment
+    hidden: tuple[int, ...] = eqx.field(static=True, converter=_as_indices)
+
+    def __check_init__(self):
+        space = self.env.observation_space
+        name = f"HideObservation(hidden={self.hidden})"
+        if not isinstance(space, Box) or len(space.shape) != 1:
+            if isinstance(space, Box):
+                what = f"a Box of shape {space.shape}"
+                fix = (
+                    "reshape it to one vector in your environment (e.g. "
+                    f"({math.prod(space.shape)},)) and hide indices of that vector"
+                )
+            else:
+                what = f"a {type(space).__name__} space"
+                fix = (
+                    "give the environment a Box observation (one float32 vector), or "
+                    "leave the parts out of its observation in its own code"
+                )
+            raise ValueError(
+                f"{name}: the wrapped environment {describe(self.env)} has {what} "
+                "as its observation_space, but HideObservation hides entries of a "
+                f"1-D Box (a vector); {fix}."
+            )
+        (size,) = space.shape
+        valid = f"indices are the integers 0 to {size - 1}"
+        for index in self.hidden:
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ValueError(f"{name}: {index!r} is not an integer index; {valid}.")
+            if index < 0:
+                raise ValueError(
+                    f"{name}: index {index} is negative; {valid} (the last entry "
+                    f"is {size - 1})."
+                )
+            if index >= size:
+                raise ValueError(
+                    f"{name}: index {index} is out of range for observations of "
+                    f"shape ({size},); {valid}."
+                )
+        repeated = sorted(
+            {index for index in self.hidden if self.hidden.count(index) > 1}
+        )
+        if repeated:
+            raise ValueError(
+                f"{name}: "
+                + (
+                    f"index {repeated[0]} is"
+                    if len(repeated) == 1
+                    else f"indices {', '.join(map(str, repeated))} are"
+                )
+                + " listed more than once; list each hidden index once."
+            )
+        if len(self.hidden) == size:
+            raise ValueError(
+                f"{name} hides all {size} entries of the observation, which would "
+                "leave nothing to observe; keep at least one entry visible."
+            )
+
+    @property
+    def kept(self) -> tuple[int, ...]:
+        """The indices of the entries still observed, in increasing order."""
+        (size,) = self.env.observation_space.shape
+        return tuple(index for index in range(size) if index not in self.hidden)
+
+    @property
+    def observation_space(self) -> Box:
+        """The wrapped `Box` restricted to the [`kept`][eqxrl.envs.HideObservation.kept]
+        entries."""
+        space = self.env.observation_space
+        kept = np.asarray(self.kept)
+        return Box(space.low[kept], space.high[kept])
+
+    def _hide(
+        self, observation: Float[Array, "*num_agents size"]
+    ) -> Float[Array, "*num_agents kept"]:
+        return observation[..., np.asarray(self.kept)]
+
+    def _hide_timestep(self, timestep: TimeStep) -> TimeStep:
+        extras = dict(timestep.extras)
+        if "final_observation" in extras:
+            extras["final_observation"] = self._hide(extras["final_observation"])
+        return TimeStep(
+            observation=self._hide(timestep.observation),
+            reward=timestep.reward,
+            terminated=timestep.terminated,
+            truncated=timestep.truncated,
+            action_mask=timestep.action_mask,
+            extras=extras,
+        )
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.reset(key)
+        return state, self._hide_timestep(timestep)
+
+    def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.step(state, action, key)
+        return state, self._hide_timestep(timestep)
