@@ -1053,6 +1053,19 @@ class PPO(AbstractAlgorithm[PPOState]):
         over the valid actions (NaN for `Box` actions) and the value."""
         observation = self._restore_observation(observation)
         carry, distribution, value = network.step(carry, observation, action_mask)
+        return carry, self._judge(distribution, value, action_mask, action, noise)
+
+    def _judge(
+        self,
+        distribution: Any,
+        value: Float[Array, ""],
+        action_mask: Bool[Array, " num_actions"] | None,
+        action: Array,
+        noise: Array | None,
+    ) -> tuple[Array, Array, Array, Array]:
+        """One stored step's action judged by the network's new outputs: its
+        log-probability, the entropy, the entropy of the uniform policy over the
+        valid actions (NaN for `Box` actions) and the value."""
         if isinstance(distribution, MaskedCategorical):
             # The entropy of the uniform distribution over the valid actions
             # (all actions when none or all are masked, as MaskedCategorical
@@ -1067,9 +1080,9 @@ class PPO(AbstractAlgorithm[PPOState]):
             # The rollout stored the sample before the tanh (see `_act`).
             entropy = distribution.entropy_estimate(noise)
             log_prob = distribution.log_prob_pre_squash(action)
-            return carry, (log_prob, entropy, max_entropy, value)
+            return log_prob, entropy, max_entropy, value
         entropy = distribution.entropy()
-        return carry, (distribution.log_prob(action), entropy, max_entropy, value)
+        return distribution.log_prob(action), entropy, max_entropy, value
 
     def starting_carries(
         self,
@@ -1131,31 +1144,24 @@ class PPO(AbstractAlgorithm[PPOState]):
         stored actions' log-probabilities, the entropies, the uniform policy's
         entropies (NaN for `Box` actions) and the values.
         """
-        initial = network.initial_carry()
-        evaluate = jax.vmap(
-            lambda *step: self._evaluate(network, *step),
+        observations = self._restore_observation(sequences.observation)
+        # Each environment's sequence unrolled (batched over environments): time
+        # stays the leading axis.
+        _, distributions, values = jax.vmap(
+            network.unroll, in_axes=(0, 1, 1, 1), out_axes=(0, 1, 1)
+        )(
+            carry,
+            observations,
+            sequences.extras["episode_start"],
+            sequences.action_mask,
+        )
+        judge = jax.vmap(
+            jax.vmap(self._judge, in_axes=(0, 0, 0, 0, None if noise is None else 0)),
             in_axes=(0, 0, 0, 0, None if noise is None else 0),
         )
-
-        def time_step(carry, step):
-            episode_start, observation, action_mask, action, step_noise = step
-            carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
-                carry, initial, episode_start
-            )
-            return evaluate(carry, observation, action_mask, action, step_noise)
-
-        _, outputs = filter_scan(
-            time_step,
-            carry,
-            (
-                sequences.extras["episode_start"],
-                sequences.observation,
-                sequences.action_mask,
-                sequences.action,
-                noise,
-            ),
+        return judge(
+            distributions, values, sequences.action_mask, sequences.action, noise
         )
-        return outputs
 
     def train_iteration(self, state: PPOState) -> tuple[PPOState, dict[str, Array]]:
         """One rollout of `num_steps` x `num_envs` steps, then the PPO updates.

@@ -157,6 +157,19 @@ class NormalizedActorCritic(AbstractActorCritic):
             carry, normalize_observation(self.statistics, observation)
         )
 
+    def unroll(
+        self,
+        carry: PyTree[Array],
+        observations: PyTree[Array],
+        episode_start: Bool[Array, " num_steps"],
+        action_masks: Bool[Array, "num_steps num_actions"] | None = None,
+    ) -> tuple[PyTree[Array], AbstractActionDistribution, Float[Array, " num_steps"]]:
+        """That of the wrapped (recurrent) model, on normalized observations."""
+        normalized = jax.vmap(lambda o: normalize_observation(self.statistics, o))(
+            observations
+        )
+        return self.model.unroll(carry, normalized, episode_start, action_masks)
+
     @property
     def is_recurrent(self) -> bool:
         """That of the wrapped model."""

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
+from .._filters import filter_scan
 from ..distributions import (
     AbstractActionDistribution,
     DiagonalGaussian,
@@ -128,6 +129,45 @@ class AbstractRecurrentActorCritic(AbstractActorCritic):
         """The value of `observation` read with `carry`."""
         return self.step(carry, observation)[2]
 
+    def unroll(
+        self,
+        carry: PyTree[Array],
+        observations: PyTree[Array],
+        episode_start: Bool[Array, " num_steps"],
+        action_masks: Bool[Array, "num_steps num_actions"] | None = None,
+    ) -> tuple[PyTree[Array], AbstractActionDistribution, Float[Array, " num_steps"]]:
+        """One environment's sequence of steps, from `carry`, resetting it to
+        `initial_carry()` where `episode_start` is set: the same outputs as
+        `step` in a loop (what PPO's update replays). A network can override it
+        to batch the work that does not depend on the carry over the whole
+        sequence.
+
+        **Arguments:**
+
+        - `carry`: the carry the first step reads (unless it starts an episode).
+        - `observations`: `[num_steps, ...]` leaves.
+        - `episode_start`: bool `[num_steps]`, set where an observation is the
+          first of an episode.
+        - `action_masks`: bool `[num_steps, num_actions]`, or `None`.
+
+        **Returns:**
+
+        `(carry, distributions, values)`: the carry after the last step, the
+        distributions (leaves with a leading `num_steps` axis) and the values.
+        """
+        initial = self.initial_carry()
+
+        def body(carry, inputs):
+            observation, start, action_mask = inputs
+            carry = reset_carry(carry, initial, start)
+            carry, distribution, value = self.step(carry, observation, action_mask)
+            return carry, (distribution, value)
+
+        carry, (distributions, values) = filter_scan(
+            body, carry, (observations, episode_start, action_masks)
+        )
+        return carry, distributions, values
+
     def __call__(
         self,
         observation: PyTree[Array],
@@ -197,14 +237,39 @@ class _Core(eqx.Module):
     def __call__(
         self, carry: GRUCarry | LSTMCarry, observation: PyTree[Array]
     ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
+        return self.recur(carry, self.encode(observation))
+
+    def encode(self, observation: PyTree[Array]) -> Float[Array, " features"]:
+        """The cell's input: what does not depend on the carry."""
         features = self.encoder(observation).astype(jnp.float32)
         for layer in self.layers:
             features = self.activation(layer(features))
+        return features
+
+    def recur(
+        self, carry: GRUCarry | LSTMCarry, features: Float[Array, " features"]
+    ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
         if isinstance(carry, LSTMCarry):
             hidden, cell = self.cell(features, (carry.hidden, carry.cell))
             return LSTMCarry(hidden=hidden, cell=cell), hidden
         hidden = self.cell(features, carry.hidden)
         return GRUCarry(hidden=hidden), hidden
+
+    def unroll(
+        self,
+        carry: GRUCarry | LSTMCarry,
+        observations: PyTree[Array],
+        episode_start: Bool[Array, " num_steps"],
+    ) -> tuple[GRUCarry | LSTMCarry, Float[Array, "num_steps hidden_size"]]:
+        """The cell over a sequence; the encoder runs on all of it at once."""
+        features = jax.vmap(self.encode)(observations)
+        initial = self.initial_carry()
+
+        def body(carry, inputs):
+            features, start = inputs
+            return self.recur(reset_carry(carry, initial, start), features)
+
+        return jax.lax.scan(body, carry, (features, episode_start))
 
 
 def _core(
@@ -381,6 +446,45 @@ class _CellActorCritic(AbstractRecurrentActorCritic):
             actor_carry, features = self.actor_core(carry.actor, observation)
             critic_carry, critic_features = self.critic_core(carry.critic, observation)
             carry = ActorCriticCarry(actor=actor_carry, critic=critic_carry)
+        distribution, value = self._heads(features, critic_features, action_mask)
+        return carry, distribution, value
+
+    def unroll(
+        self,
+        carry: GRUCarry | LSTMCarry | ActorCriticCarry,
+        observations: PyTree[Array],
+        episode_start: Bool[Array, " num_steps"],
+        action_masks: Bool[Array, "num_steps num_actions"] | None = None,
+    ) -> tuple[
+        GRUCarry | LSTMCarry | ActorCriticCarry,
+        MaskedCategorical | DiagonalGaussian,
+        Float[Array, " num_steps"],
+    ]:
+        """As `step` in a loop, with the encoder and the heads run on the whole
+        sequence at once: only the cell steps one observation at a time."""
+        check_carry(type(self).__name__, carry, self.initial_carry())
+        if self.critic_core is None:
+            carry, features = self.actor_core.unroll(carry, observations, episode_start)
+            critic_features = features
+        else:
+            actor_carry, features = self.actor_core.unroll(
+                carry.actor, observations, episode_start
+            )
+            critic_carry, critic_features = self.critic_core.unroll(
+                carry.critic, observations, episode_start
+            )
+            carry = ActorCriticCarry(actor=actor_carry, critic=critic_carry)
+        distributions, values = jax.vmap(self._heads)(
+            features, critic_features, action_masks
+        )
+        return carry, distributions, values
+
+    def _heads(
+        self,
+        features: Float[Array, " hidden_size"],
+        critic_features: Float[Array, " hidden_size"],
+        action_mask: Bool[Array, " num_actions"] | None,
+    ) -> tuple[MaskedCategorical | DiagonalGaussian, Float[Array, ""]]:
         outputs = _forward(self.actor, self.activation, features)
         if self.action_size is None:
             distribution = MaskedCategorical(outputs, action_mask)
@@ -393,7 +497,7 @@ class _CellActorCritic(AbstractRecurrentActorCritic):
                 self.squash,
             )
         value = _forward(self.critic, self.activation, critic_features)[0]
-        return carry, distribution, value
+        return distribution, value
 
 
 class GRUActorCritic(_CellActorCritic):
