@@ -927,7 +927,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         the checked number of actions, or a `Box` space), `skip_action_checks()`.
         """
         model = self.acting_model(state.model, state.observation_statistics)
-        critic_after_rollout = model.separate_critic
+        # A recurrent critic needs each step's carry: it stays in the steps.
+        critic_after_rollout = model.separate_critic and not model.is_recurrent
 
         def step_environment(env_state, action, key, carry):
             def truncation_value(final: TimeStep) -> Float[Array, ""]:
