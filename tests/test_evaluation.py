@@ -34,6 +34,26 @@ class CoinPolicy(eqxrl.nn.AbstractPolicy):
         return jr.bernoulli(key).astype(jnp.int32)
 
 
+class WaitingPolicy(eqxrl.nn.AbstractPolicy):
+    """Stays `wait` steps, then walks right: it must count the episode's steps in
+    its carry (an int32 step counter), so it only works through `step`."""
+
+    wait: int = eqx.field(static=True)
+
+    def __call__(self, observation, key, action_mask=None):
+        raise TypeError("WaitingPolicy is recurrent: act with step.")
+
+    @property
+    def is_recurrent(self):
+        return True
+
+    def initial_carry(self):
+        return jnp.int32(0)
+
+    def step(self, carry, observation, key, action_mask=None):
+        return carry + 1, (carry >= self.wait).astype(jnp.int32)
+
+
 @pytest.fixture(scope="module")
 def corridor():
     return eqxrl.envs.TimeLimit(Corridor(length=5), 12)
@@ -89,6 +109,46 @@ def test_cartpole_with_a_trained_style_policy():
     np.testing.assert_array_equal(result.returns, result.lengths.astype(jnp.float32))
 
 
+def test_a_recurrent_policy_evaluates_with_its_carry(corridor):
+    # 3 steps waiting, then 4 to the end: the count restarts in every episode.
+    result = evaluate(WaitingPolicy(3), corridor, jr.key(0), num_episodes=3)
+    np.testing.assert_array_equal(result.lengths, [7, 7, 7])
+    np.testing.assert_array_equal(result.returns, [1.0, 1.0, 1.0])
+    # Waiting past the time limit: truncated, never rewarded.
+    late = evaluate(WaitingPolicy(9), corridor, jr.key(0), num_episodes=2)
+    np.testing.assert_array_equal(late.lengths, [12, 12])
+    np.testing.assert_array_equal(late.returns, [0.0, 0.0])
+
+
+def _greedy_episode_by_hand(policy, env, key):
+    """One episode in Python, one jitted `policy.step` per observation: the
+    reference for `evaluate` (the same key splits as its episodes)."""
+    step = eqx.filter_jit(policy.step)
+    reset_key, key = jr.split(key)
+    state, timestep = env.reset(reset_key)
+    carry, total, length = policy.initial_carry(), 0.0, 0
+    while not (bool(timestep.terminated) or bool(timestep.truncated)):
+        key, action_key, step_key = jr.split(key, 3)
+        carry, action = step(carry, timestep.observation, action_key)
+        state, timestep = env.step(state, action, step_key)
+        total, length = total + float(timestep.reward), length + 1
+    return total, length
+
+
+def test_a_gru_policy_evaluates_as_a_hand_written_loop():
+    env = eqxrl.envs.make("StatelessCartPole-v1")
+    network = eqxrl.nn.GRUActorCritic.from_env(
+        env, jr.key(3), hidden_size=8, encoder_sizes=(8,), head_sizes=(8,)
+    )
+    policy = eqxrl.nn.ActorCriticPolicy(network, deterministic=True)
+    result = evaluate(policy, env, jr.key(4), num_episodes=3)
+    by_hand = [
+        _greedy_episode_by_hand(policy, env, key) for key in jr.split(jr.key(4), 3)
+    ]
+    np.testing.assert_array_equal(result.returns, [r for r, _ in by_hand])
+    np.testing.assert_array_equal(result.lengths, [n for _, n in by_hand])
+
+
 def test_batched_results_summarize_over_everything():
     result = EvaluationResult(
         returns=jnp.array([[1.0, 2.0], [3.0, 4.0]]), lengths=jnp.ones((2, 2), jnp.int32)
@@ -118,6 +178,10 @@ def test_record_episodes_and_gif(corridor, tmp_path):
 
     with Image.open(path) as gif:
         assert gif.size == (20, 4) and gif.n_frames == 10
+    # A recurrent policy records through its carry: 2 waiting steps, then 4.
+    waiting = record_episodes(WaitingPolicy(2), corridor, jr.key(0), num_episodes=2)
+    positions = [int(np.argmax(frame[0, ::4, 0])) for frame in waiting]
+    assert positions == [0, 0, 0, 1, 2, 3, 4] * 2
     blind = eqxrl.envs.make("BlindCorridor-test-v0")
     with pytest.raises(ValueError, match="BlindCorridor has no render"):
         record_episodes(ConstantPolicy(0), blind, jr.key(0))

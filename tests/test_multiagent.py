@@ -364,6 +364,63 @@ def test_shared_parameters_train_one_network():
         )
 
 
+@pytest.mark.parametrize("share_parameters", [False, True])
+def test_recurrent_policies_carry_one_state_per_agent(share_parameters):
+    """Independent recurrent PPO's joint policy: one carry per agent on the agent
+    axis, each agent stepping as its own policy (`agent=i`) does; evaluation
+    threads the carries through an episode as a hand-written loop does."""
+    env = eqxrl.envs.make("TreasureHunt-v0", **WORLD)
+    ppo = eqxrl.PPO(
+        env=env,
+        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+        num_envs=2,
+        num_steps=8,
+        total_timesteps=16,
+    )
+    learners = Independent(ppo, share_parameters=share_parameters)
+    state = eqx.filter_jit(learners.init)(jr.key(0))
+    joint = learners.policy(state, deterministic=True)
+    assert joint.is_recurrent
+    carry = joint.initial_carry()
+    assert carry.hidden.shape == (2, 128)  # [num_agents, hidden_size]
+    with pytest.raises(TypeError, match=r"recurrent.*policy\.step"):
+        joint.act(env.reset(jr.key(1))[1].observation, jr.key(2))
+
+    # Two steps, so that the second reads the carry of the first: agent by agent
+    # as the agents' own policies, each with its key of the joint key's split.
+    step = eqx.filter_jit(lambda policy, *args: policy.step(*args))
+    env_step = eqx.filter_jit(env.step)
+    own = [learners.policy(state, deterministic=True, agent=i) for i in range(2)]
+    own_carry = [policy.initial_carry() for policy in own]
+    env_state, timestep = env.reset(jr.key(1))
+    for key in jr.split(jr.key(2), 2):
+        carry, actions = step(joint, carry, timestep.observation, key, None)
+        for agent, agent_key in enumerate(jr.split(key, 2)):
+            own_carry[agent], action = step(
+                own[agent], own_carry[agent], timestep.observation[agent], agent_key
+            )
+            assert int(action) == int(actions[agent])
+            np.testing.assert_allclose(
+                carry.hidden[agent], own_carry[agent].hidden, rtol=1e-6, atol=1e-6
+            )
+        env_state, timestep = env_step(env_state, actions, key)
+
+    result = eqxrl.training.evaluate(
+        joint, env, jr.key(3), num_episodes=2, max_steps=12
+    )
+    assert result.agent_returns.shape == (2, 2)
+    for episode, episode_key in enumerate(jr.split(jr.key(3), 2)):
+        reset_key, key = jr.split(episode_key)
+        env_state, timestep = env.reset(reset_key)
+        carry, total = joint.initial_carry(), np.zeros(2, np.float32)
+        for _ in range(12):  # Treasure Hunt's episodes last 100 steps
+            key, action_key, step_key = jr.split(key, 3)
+            carry, actions = step(joint, carry, timestep.observation, action_key, None)
+            env_state, timestep = env_step(env_state, actions, step_key)
+            total += np.asarray(timestep.reward)
+        np.testing.assert_array_equal(result.agent_returns[episode], total)
+
+
 def test_refusals_explain_the_fix():
     treasure = eqxrl.envs.make("TreasureHunt-v0")
     iqn = eqxrl.IQN(env=treasure)  # configured for Independent: no error yet

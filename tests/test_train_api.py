@@ -29,6 +29,10 @@ def test_one_call_train_returns_policy_state_metrics():
     assert action.dtype == jnp.int32 and int(action) in (0, 1)
     masked = result.greedy_policy.act(observation, jr.key(0), jnp.array([False, True]))
     assert int(masked) == 1
+    # `step` serves feed-forward policies too: the carry stays None.
+    assert result.initial_carry() is None
+    carry, stepped = result.step(None, observation, jr.key(0))
+    assert carry is None and int(stepped) == int(action)
     again = eqxrl.train(
         eqxrl.envs.make("CartPole-v1"),
         total_timesteps=4 * 32 * 3,
@@ -40,6 +44,34 @@ def test_one_call_train_returns_policy_state_metrics():
     np.testing.assert_array_equal(
         again.metrics["total_loss"], result.metrics["total_loss"]
     )
+
+
+def test_one_call_train_with_a_recurrent_network_steps_with_a_carry():
+    result = eqxrl.train(
+        "StatelessCartPole-v1",
+        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+        total_timesteps=2 * 16 * 2,
+        num_envs=2,
+        num_steps=16,
+        num_minibatches=2,
+        num_epochs=1,
+        seed=1,
+    )
+    assert result.policy.is_recurrent and int(result.state.iteration) == 2
+    assert result.state.carry.hidden.shape == (2, 128)  # one per environment
+    observation = jnp.array([0.01, -0.02], jnp.float32)
+    with pytest.raises(TypeError, match=r"result\.step\(carry.*initial_carry"):
+        result.act(observation, jr.key(0))
+    carry = result.initial_carry()
+    np.testing.assert_array_equal(carry.hidden, np.zeros(128, np.float32))
+    # Two steps, jitted, as the policy's own (traced) step gives them.
+    expected_carry = carry
+    for key in jr.split(jr.key(2), 2):
+        carry, action = result.step(carry, observation, key)
+        expected_carry, expected = result.policy.step(expected_carry, observation, key)
+        assert action.dtype == jnp.int32 and int(action) == int(expected)
+        np.testing.assert_allclose(carry.hidden, expected_carry.hidden, atol=1e-6)
+    assert not np.array_equal(carry.hidden, result.initial_carry().hidden)
 
 
 def test_unknown_hyperparameter_lists_valid_ones():

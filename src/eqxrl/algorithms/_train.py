@@ -40,13 +40,87 @@ class TrainResult(eqx.Module):
     ) -> Array:
         """Sample an action of the trained policy for one observation (jitted).
 
+        A recurrent policy needs the carry of the episode's earlier steps: act
+        with `step` instead (this raises a `TypeError` that says so).
+
         **Arguments:**
 
         - `observation`: one raw observation.
         - `key`: a PRNG key.
         - `action_mask`: bool `[num_actions]`, or `None`.
+
+        **Returns:**
+
+        The action (int32 scalar for discrete action spaces).
         """
+        if self.policy.is_recurrent:
+            raise TypeError(
+                "TrainResult.act: the trained policy is recurrent, so an action "
+                "depends on the episode's earlier observations. Act with "
+                "`carry, action = result.step(carry, observation, key)`, starting "
+                "each episode from `carry = result.initial_carry()`."
+            )
         return self.policy.act(observation, key, action_mask)
+
+    def initial_carry(self) -> PyTree[Array] | None:
+        """The trained policy's carry at an episode's start (`None` for a
+        feed-forward policy): what `step` reads with an episode's first
+        observation."""
+        return self.policy.initial_carry()
+
+    def step(
+        self,
+        carry: PyTree[Array] | None,
+        observation: PyTree[Array],
+        key: PRNGKeyArray,
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[PyTree[Array] | None, Array]:
+        """Sample an action of the trained policy for one observation, with the
+        carry of the episode's earlier steps (jitted): for recurrent policies, and
+        for any policy in a loop that should not care which kind it has.
+
+        **Arguments:**
+
+        - `carry`: `initial_carry()` at an episode's first observation (after a
+          reset), else the carry `step` returned at the previous one.
+        - `observation`: one raw observation.
+        - `key`: a PRNG key.
+        - `action_mask`: bool `[num_actions]`, or `None`.
+
+        **Returns:**
+
+        `(next_carry, action)`; a feed-forward policy returns `carry` unchanged.
+
+        !!! example
+
+            ```python
+            result = eqxrl.train(
+                "StatelessCartPole-v1",
+                network_factory=eqxrl.nn.GRUActorCritic.from_env,
+                total_timesteps=100_000,
+            )
+            env = result.algorithm.env
+            key, reset_key = jax.random.split(jax.random.key(0))
+            env_state, timestep = env.reset(reset_key)
+            carry = result.initial_carry()  # at every reset
+            while not (timestep.terminated or timestep.truncated):
+                key, action_key, step_key = jax.random.split(key, 3)
+                carry, action = result.step(carry, timestep.observation, action_key)
+                env_state, timestep = env.step(env_state, action, step_key)
+            ```
+        """
+        return _policy_step(self.policy, carry, observation, key, action_mask)
+
+
+@eqx.filter_jit
+def _policy_step(
+    policy: AbstractPolicy,
+    carry: PyTree[Array] | None,
+    observation: PyTree[Array],
+    key: PRNGKeyArray,
+    action_mask: Bool[Array, " num_actions"] | None,
+) -> tuple[PyTree[Array] | None, Array]:
+    return policy.step(carry, observation, key, action_mask)
 
 
 def train(

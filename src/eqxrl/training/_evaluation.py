@@ -84,24 +84,45 @@ def _episode(
     max_steps: int,
 ) -> tuple[Float[Array, "*num_agents"], Int[Array, ""]]:
     """One episode until termination, truncation or `max_steps` steps; its return
-    (one per agent in a multi-agent environment) and length."""
+    (one per agent in a multi-agent environment) and length.
+
+    The policy acts with `step`, from `initial_carry()` at the reset: a recurrent
+    policy remembers the episode's earlier steps, and a feed-forward one carries
+    `None` (no leaves, so its program is the one of calling it directly)."""
     reset_key, loop_key = jr.split(key)
     state, timestep = env.reset(reset_key)
 
     def cond(carry):
-        _, _, done, _, length, _ = carry
+        _, _, _, done, _, length, _ = carry
         return jnp.logical_not(done) & (length < max_steps)
 
     def body(carry):
-        state, timestep, _, total, length, key = carry
+        state, timestep, policy_carry, _, total, length, key = carry
         key, action_key, step_key = jr.split(key, 3)
-        action = policy(timestep.observation, action_key, timestep.action_mask)
+        policy_carry, action = policy.step(
+            policy_carry, timestep.observation, action_key, timestep.action_mask
+        )
         state, timestep = env.step(state, action, step_key)
         done = timestep.terminated | timestep.truncated
-        return state, timestep, done, total + timestep.reward, length + 1, key
+        return (
+            state,
+            timestep,
+            policy_carry,
+            done,
+            total + timestep.reward,
+            length + 1,
+            key,
+        )
 
     total = jnp.zeros_like(timestep.reward)
-    carry = (state, timestep, jnp.array(False), total, jnp.int32(0))
+    carry = (
+        state,
+        timestep,
+        policy.initial_carry(),
+        jnp.array(False),
+        total,
+        jnp.int32(0),
+    )
     *_, total, length, _ = lax.while_loop(cond, body, (*carry, loop_key))
     return total, length
 
@@ -233,16 +254,20 @@ def _record(policy, env, render, key, num_episodes, max_steps):
         first = render(state)
 
         def step(carry, step_key):
-            state, timestep, done = carry
+            state, timestep, policy_carry, done = carry
             action_key, env_key = jr.split(step_key)
-            action = policy(timestep.observation, action_key, timestep.action_mask)
+            policy_carry, action = policy.step(
+                policy_carry, timestep.observation, action_key, timestep.action_mask
+            )
             state, timestep = env.step(state, action, env_key)
             now_done = done | timestep.terminated | timestep.truncated
-            return (state, timestep, now_done), (render(state), done)
+            return (state, timestep, policy_carry, now_done), (render(state), done)
 
+        # Steps after the episode's end are dropped on the host, so the carry
+        # needs no reset there.
         _, (frames, was_done) = lax.scan(
             step,
-            (state, timestep, jnp.array(False)),
+            (state, timestep, policy.initial_carry(), jnp.array(False)),
             jr.split(loop_key, max_steps),
         )
         return first, frames, was_done
