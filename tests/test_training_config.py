@@ -158,6 +158,22 @@ def test_storage_dtype_and_named_network_factory_round_trip():
     assert rebuilt.env.observation_space.shape == (5, 5, 3)
 
 
+@pytest.mark.parametrize("network", [eqxrl.nn.GRUActorCritic, eqxrl.nn.LSTMActorCritic])
+def test_recurrent_network_factories_are_named_by_their_class(network):
+    """`GRUActorCritic.from_env` is a classmethod its base defines: the config
+    names it through GRUActorCritic (not the base), and rebuilds the same PPO."""
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("StatelessCartPole-v1"), network_factory=network.from_env
+    )
+    config = json.loads(json.dumps(algorithm_to_config(ppo)))
+    assert config["fields"]["network_factory"] == {
+        "callable": f"eqxrl.nn._recurrent:{network.__name__}.from_env"
+    }
+    rebuilt = algorithm_from_config(config)
+    assert rebuilt.network_factory == network.from_env
+    assert eqx.tree_equal(rebuilt, ppo)
+
+
 def test_a_config_names_only_eqxrl_functions():
     """A config file is data: a `callable` entry cannot reach what an eqxrl module
     imported from elsewhere (here `os.system` through `eqxrl.envs._render`)."""

@@ -402,6 +402,13 @@ def _eqxrl_callable_name(value: Any) -> str | None:
         return None
     module = getattr(value, "__module__", None) or ""
     qualname = getattr(value, "__qualname__", None) or ""
+    owner = getattr(value, "__self__", None)
+    if isinstance(owner, type):
+        # A classmethod inherited from a base class (`GRUActorCritic.from_env` is
+        # `_CellActorCritic.from_env` bound to GRUActorCritic): named through the
+        # class it is bound to, else it would name (and rebuild) the base's.
+        module = owner.__module__
+        qualname = f"{owner.__qualname__}.{value.__name__}"
     if not (module == "eqxrl" or module.startswith("eqxrl.")) or "<" in qualname:
         return None
     try:
