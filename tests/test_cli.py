@@ -8,6 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import jax
 import jax.random as jr
 import pytest
 
@@ -215,6 +216,54 @@ def test_plot_overlays_runs(trained, capsys, tmp_path):
     assert code == 1 and "no column 'nope'" in err
 
 
+@pytest.mark.slow
+@pytest.mark.compile_bound
+def test_recurrent_network_run_is_named_and_evaluates(capsys, tmp_path):
+    """`--network gru` trains PPO with a GRUActorCritic; config.json and the
+    checkpoints name its factory, so the run re-loads on its own, and `eqxrl eval`
+    (with a GIF) acts with the policy's carry."""
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        "StatelessCartPole-v1",
+        "--network",
+        "gru",
+        "--num-envs=2",
+        "--num-steps=8",
+        "--total-timesteps=32",
+        "--num-minibatches=1",
+        "--num-epochs=1",
+        "--chunk-size=2",
+        "--eval-episodes=2",
+        "--gif-episodes=1",
+        "--log=csv",
+        "--out",
+        str(out),
+    ]
+    # optax.adam computes `b1 ** count` with an int32 count (strict promotion
+    # refuses it; test_cli's other runs train the toy algorithm).
+    with jax.numpy_dtype_promotion("standard"):
+        code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    named = {"callable": "eqxrl.nn._recurrent:GRUActorCritic.from_env"}
+    config = json.loads((out / "config.json").read_text())
+    assert config["algorithm"]["fields"]["network_factory"] == named
+    header = eqxrl.training.read_checkpoint_header(out / "policy.eqx")
+    assert header["config"]["fields"]["network_factory"] == named
+    state, algorithm = eqxrl.load_checkpoint(out)
+    assert algorithm.network_factory == eqxrl.nn.GRUActorCritic.from_env
+    assert state.carry.hidden.shape == (2, 128)
+    policy = eqxrl.load_policy(out)
+    assert policy.is_recurrent and policy.initial_carry().hidden.shape == (128,)
+    gif = tmp_path / "episodes.gif"
+    code, text, err = run(
+        capsys, "eval", str(out), "--episodes", "3", "--gif", str(gif), "--json"
+    )
+    assert code == 0, err
+    assert json.loads(text)["episodes"] == 3 and gif.exists()
+    assert (out / "eval.gif").exists()
+
+
 @pytest.mark.parametrize(
     "argv, status, message",
     [
@@ -244,6 +293,17 @@ def test_plot_overlays_runs(trained, capsys, tmp_path):
             "--split seeds needs --num-seeds",
         ),
         (["train", "CartPole-v1", "--split", "envs"], 1, "--split needs --devices"),
+        (
+            ["train", "CartPole-v1", "--algo", "dqn", "--network", "gru"],
+            1,
+            "--network gru: recurrent networks are actor-critics for PPO",
+        ),
+        (
+            ["train", "CartPole-v1", "--network", "lstm", "--hidden-sizes", "8"],
+            1,
+            "--network lstm: --hidden-sizes shape the default (mlp) network only",
+        ),
+        (["train", "CartPole-v1", "--network", "rnn"], 2, "invalid choice: 'rnn'"),
         (["trian"], 2, "did you mean train"),
         (["eval"], 2, "required: checkpoint"),
     ],

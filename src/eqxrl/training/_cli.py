@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..algorithms import algorithm_names
+from ..algorithms import PPO, algorithm_names
 from ..envs import make, num_agents_of, registered_names
 from ..multiagent import Independent
+from ..nn import GRUActorCritic, LSTMActorCritic
 from ._checkpoint import (
     CheckpointError,
     load_policy,
@@ -54,7 +55,16 @@ _RUN_OPTIONS = (
     "split",
     "distributed",
     "share_parameters",
+    "network",
 )
+# `--network`: PPO's network_factory (`mlp` is PPO's default feed-forward network).
+# Named by their factories, so config.json and checkpoint headers name them too and
+# `eqxrl eval` rebuilds them.
+_NETWORKS = {
+    "mlp": None,
+    "gru": GRUActorCritic.from_env,
+    "lstm": LSTMActorCritic.from_env,
+}
 _LOGGERS = ("console", "csv", "jsonl", "tensorboard", "wandb")
 
 
@@ -304,6 +314,16 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         help="multi-agent environments: one network for all agents, the agent index "
         "as an input (default: one network per agent, eqxrl.multiagent.Independent)",
     )
+    run.add_argument(
+        "--network",
+        choices=tuple(_NETWORKS),
+        default=argparse.SUPPRESS,
+        help="PPO's network: mlp (its feed-forward default: an MLP, or "
+        "MultiInputActorCritic's encoders for Dict and image observations), gru "
+        "or lstm (eqxrl.nn.GRUActorCritic / LSTMActorCritic with their default "
+        "sizes: a policy with memory, for partially observed environments) "
+        "(default: mlp)",
+    )
     trainer = parser.add_argument_group("trainer")
     for field in _trainer_fields():
         trainer.add_argument(
@@ -385,6 +405,9 @@ def _train(argv: Sequence[str]) -> int:
     split = merged.pop("split", None)
     merged.pop("distributed", None)
     share_parameters = bool(merged.pop("share_parameters", False))
+    network = _network_factory(merged.pop("network", "mlp"), cls, str(algo), merged)
+    if network is not None:
+        merged["network_factory"] = network
     wandb_project = str(merged.pop("wandb_project", "eqxrl"))
     trainer_options = {k: merged.pop(k) for k in list(merged) if k in trainer_fields}
 
@@ -434,6 +457,56 @@ def _train(argv: Sequence[str]) -> int:
         raise _CommandError(str(error)) from None
     trainer.fit(seed, resume=resume)  # it says what it wrote
     return 0
+
+
+def _network_factory(
+    network: Any, cls: type, algo: str, options: dict[str, Any]
+) -> Any:
+    """The `network_factory` that `--network` names (`None` for PPO's default),
+    refused for algorithms without actor-critics and beside options that only
+    shape the default network."""
+    name = str(network).strip().lower()
+    if name not in _NETWORKS:
+        raise _CommandError(
+            f"--network {network!r}: choose among {', '.join(_NETWORKS)}."
+        )
+    factory = _NETWORKS[name]
+    if factory is None:
+        return None
+    if cls is not PPO:
+        raise _CommandError(
+            f"--network {name}: recurrent networks are actor-critics for PPO (and "
+            f"independent PPO on multi-agent environments); {algo} does not take "
+            "one. Use --algo ppo, or drop --network."
+        )
+    if options.get("network_factory") is not None:
+        raise _CommandError(
+            f"--network {name} and network_factory both choose the network; keep one."
+        )
+    default_only = [
+        flag_name(option)
+        for option in (
+            "hidden_sizes",
+            "actor_hidden_sizes",
+            "critic_hidden_sizes",
+            "activation",
+            "actor_keys",
+            "critic_keys",
+            "squash_actions",
+            "state_dependent_std",
+            "std_parameterization",
+        )
+        if option in options
+    ]
+    if default_only:
+        raise _CommandError(
+            f"--network {name}: {', '.join('--' + f for f in default_only)} shape "
+            "the default (mlp) network only; the recurrent networks have their "
+            "default sizes from the command line. Drop them, or build the network "
+            "in Python (network_factory=functools.partial("
+            "eqxrl.nn.GRUActorCritic.from_env, hidden_size=...))."
+        )
+    return factory
 
 
 def _initialize_distributed() -> None:
