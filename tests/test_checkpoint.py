@@ -253,6 +253,44 @@ def test_policy_export(tmp_path, ppo, state):
         eqxrl.load_checkpoint(path)
 
 
+def test_recurrent_state_and_policy_round_trip(tmp_path):
+    """A recurrent PPO's checkpoint holds each environment's carry and rebuilds
+    its configuration from the header alone; its policy file loads a policy that
+    steps with a carry exactly as the saved one does."""
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("StatelessCartPole-v1"),
+        network_factory=eqxrl.nn.LSTMActorCritic.from_env,
+        num_envs=2,
+        num_steps=8,
+        total_timesteps=16,
+        num_minibatches=1,
+    )
+    state = eqx.filter_jit(ppo.init)(jr.key(3))
+    # A carry that is not the initial one, as mid-run.
+    state = eqx.tree_at(
+        lambda s: s.carry.cell, state, jr.normal(jr.key(4), state.carry.cell.shape)
+    )
+    path = eqxrl.save_checkpoint(tmp_path / "state.eqx", state, ppo)
+    loaded, algorithm = eqxrl.load_checkpoint(path)
+    assert algorithm.network_factory == eqxrl.nn.LSTMActorCritic.from_env
+    assert loaded.carry.cell.shape == (2, 128)
+    assert_bitwise_equal(loaded, state)
+
+    policy = eqxrl.load_policy(save_policy(tmp_path / "policy.eqx", state, ppo))
+    assert policy.is_recurrent and policy.deterministic
+    expected = ppo.policy(state, deterministic=True)
+    step = eqx.filter_jit(lambda policy, *args: policy.step(*args))
+    carry = expected_carry = policy.initial_carry()
+    observation = jnp.array([0.01, 0.02], jnp.float32)
+    for key in jr.split(jr.key(5), 3):
+        carry, action = step(policy, carry, observation, key)
+        expected_carry, expected_action = step(
+            expected, expected_carry, observation, key
+        )
+        assert int(action) == int(expected_action)
+        assert_bitwise_equal(carry, expected_carry)
+
+
 def test_checkpoint_folders(tmp_path, ppo, state):
     folder = tmp_path / "checkpoints"
     folder.mkdir()

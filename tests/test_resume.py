@@ -73,8 +73,8 @@ def environment(cache):
     return env
 
 
-def cli(cache, out, *extra):
-    command = [sys.executable, "-m", "eqxrl", "train", "CartPole-v1", *CLI_FLAGS]
+def cli(cache, out, *extra, env_id="CartPole-v1", flags=CLI_FLAGS):
+    command = [sys.executable, "-m", "eqxrl", "train", env_id, *flags]
     return subprocess.run(
         [*command, "--out", str(out), *extra],
         env=environment(cache),
@@ -159,13 +159,11 @@ KILLED_RUN = textwrap.dedent(
 ).format(options=repr(PPO_OPTIONS), every=CHECKPOINT_EVERY, seed=SEED)
 
 
-def test_sigkill_mid_run_then_resume_gives_the_same_parameters(
-    tmp_path, cache, reference
-):
-    out = tmp_path / "killed"
-    out.mkdir()
+def kill_after_two_checkpoints(script, out, cache):
+    """Run `script` (a Trainer run writing to `out`) in a subprocess and SIGKILL it
+    once it has written two checkpoints."""
     child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_RUN, str(out)],
+        [sys.executable, "-c", script, str(out)],
         env=environment(cache),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -184,6 +182,14 @@ def test_sigkill_mid_run_then_resume_gives_the_same_parameters(
             child.kill()
         child.stderr.close()
     assert child.returncode == -signal.SIGKILL
+
+
+def test_sigkill_mid_run_then_resume_gives_the_same_parameters(
+    tmp_path, cache, reference
+):
+    out = tmp_path / "killed"
+    out.mkdir()
+    kill_after_two_checkpoints(KILLED_RUN, out, cache)
     saved = [i for i, _ in list_checkpoints(out / "checkpoints")]
     assert 16 not in saved and not (out / "policy.eqx").exists()  # killed mid-run
     logged = csv_iterations(out / "metrics.csv")
@@ -198,3 +204,88 @@ def test_sigkill_mid_run_then_resume_gives_the_same_parameters(
     assert_same_parameters(state, reference[0])
     # Rows logged after the checkpoint by the killed run were dropped, then redone.
     assert csv_iterations(out / "metrics.csv") == list(range(1, 17))
+
+
+# A recurrent policy: the training state holds every environment's GRU carry, and
+# the resumed run must continue from the carries, not from fresh ones.
+RECURRENT_OPTIONS = dict(
+    num_envs=2,
+    num_steps=16,
+    total_timesteps=2 * 16 * 8,  # 8 iterations
+    num_epochs=1,
+    num_minibatches=2,
+)
+RECURRENT_FLAGS = [
+    "--network=gru",
+    "--num-envs=2",
+    "--num-steps=16",
+    "--total-timesteps=256",
+    "--num-epochs=1",
+    "--num-minibatches=2",
+    "--chunk-size=2",
+    f"--checkpoint-every={CHECKPOINT_EVERY}",
+    "--eval-episodes=2",
+    "--gif-episodes=0",
+    f"--seed={SEED}",
+]
+KILLED_RECURRENT_RUN = textwrap.dedent(
+    """
+    import sys, time
+    import eqxrl
+    from eqxrl.training import CSVLogger, AbstractLogger
+
+    class Slow(AbstractLogger):
+        def log(self, row):
+            pass
+        def flush(self):
+            time.sleep(0.4)
+
+    out = sys.argv[1]
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("StatelessCartPole-v1"),
+        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+        **{options},
+    )
+    trainer = eqxrl.Trainer(
+        ppo, out=out, chunk_size=2, checkpoint_every={every}, eval_episodes=2,
+        loggers=(CSVLogger(out + "/metrics.csv"), Slow()), progress=False,
+    )
+    trainer.fit(seed={seed})
+    """
+).format(options=repr(RECURRENT_OPTIONS), every=CHECKPOINT_EVERY, seed=SEED)
+
+
+def test_sigkill_then_resume_of_a_recurrent_run_is_exact_hidden_states_included(
+    tmp_path, cache
+):
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("StatelessCartPole-v1"),
+        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+        **RECURRENT_OPTIONS,
+    )
+    trainer = eqxrl.Trainer(
+        ppo, chunk_size=2, eval_episodes=2, verbose=False, progress=False
+    )
+    reference, _ = trainer.fit(seed=SEED)
+    assert int(reference.iteration) == 8
+    # Mid-episode carries: a resume from fresh ones would differ.
+    assert np.any(np.asarray(reference.carry.hidden) != 0)
+
+    out = tmp_path / "killed"
+    out.mkdir()
+    kill_after_two_checkpoints(KILLED_RECURRENT_RUN, out, cache)
+    saved = [i for i, _ in list_checkpoints(out / "checkpoints")]
+    assert 8 not in saved and not (out / "policy.eqx").exists()  # killed mid-run
+
+    result = cli(
+        cache, out, "--resume", env_id="StatelessCartPole-v1", flags=RECURRENT_FLAGS
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"iteration {saved[-1]}" in result.stderr
+    state, algorithm = eqxrl.load_checkpoint(out)
+    assert algorithm.network_factory == eqxrl.nn.GRUActorCritic.from_env
+    assert int(state.iteration) == 8
+    np.testing.assert_array_equal(state.carry.hidden, reference.carry.hidden)
+    assert_same_parameters(state, reference)
+    assert csv_iterations(out / "metrics.csv") == list(range(1, 9))
+    assert eqxrl.load_policy(out / "policy.eqx").is_recurrent
