@@ -20,6 +20,11 @@ class TrainResult(eqx.Module):
     - `state`: the final training state.
     - `metrics`: per-iteration metrics, each of shape `[num_iterations]`.
     - `policy`: the trained policy (stochastic; see `greedy_policy`).
+
+    A feed-forward policy acts with `act(observation, key)`; a recurrent one
+    (e.g. `network_factory=eqxrl.nn.GRUActorCritic.from_env`) with
+    `carry, action = step(carry, observation, key)`, starting each episode from
+    `initial_carry()`.
     """
 
     algorithm: AbstractAlgorithm
@@ -151,7 +156,9 @@ def train(
     **Returns:**
 
     A [`TrainResult`][eqxrl.TrainResult] with the trained `policy` (and its jitted
-    `act(observation, key, action_mask=None)`), the final `state` and the `metrics`.
+    `act(observation, key, action_mask=None)`, or for a recurrent network
+    `step(carry, observation, key, action_mask=None)` from `initial_carry()`), the
+    final `state` and the `metrics`.
 
     !!! example
 

@@ -21,6 +21,11 @@ class IndependentPolicy(AbstractPolicy):
     num_agents)`). [`Independent.policy`][eqxrl.multiagent.Independent.policy]
     builds it; `policy(state, agent=i)` gives agent `i`'s policy alone.
 
+    With recurrent networks, act with `step`: `initial_carry()` stacks every
+    agent's carry on a leading agent axis, and `step(carry, observation, key)`
+    steps each agent with its own carry (the joint policy's call raises a
+    `TypeError` that says so).
+
     **Arguments:**
 
     - `policies`: the agents' policies as one stacked policy.
@@ -86,6 +91,10 @@ class SharedPolicy(AbstractPolicy):
     per agent out (each agent with its own key, `jax.random.split(key,
     num_agents)`). With `agent=i`, agent `i`'s policy: one agent's observation in,
     its action out.
+
+    With a recurrent network, act with `step`: the joint policy's
+    `initial_carry()` is the network's repeated on a leading agent axis (one
+    carry per agent), agent `i`'s policy's is one agent's.
 
     **Arguments:**
 

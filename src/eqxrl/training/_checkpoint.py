@@ -654,7 +654,10 @@ def load_policy(
     **Returns:**
 
     An [`AbstractPolicy`][eqxrl.nn.AbstractPolicy]: `policy.act(observation, key,
-    action_mask=None)` is jitted and takes one observation.
+    action_mask=None)` is jitted and takes one observation. A recurrent policy
+    (`policy.is_recurrent`, e.g. from `eqxrl train --network gru`) acts with
+    `carry, action = policy.step(carry, observation, key)` instead, from
+    `policy.initial_carry()` at each episode's start.
 
     !!! example
 

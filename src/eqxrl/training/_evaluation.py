@@ -147,7 +147,8 @@ def run_episodes(
 ) -> tuple[Float[Array, " num_episodes"], Int[Array, " num_episodes"]]:
     """`num_episodes` episodes vmapped (not jitted: the building block of
     `evaluate` and of the Trainer's batched evaluation); their returns (in a
-    multi-agent environment, the agents' total) and lengths."""
+    multi-agent environment, the agents' total) and lengths. The policy acts
+    with `step`, its carry starting from `initial_carry()` in every episode."""
     returns, lengths = _episodes(policy, env, key, num_episodes, max_steps)
     if returns.ndim > 1:
         returns = returns.sum(axis=1)
@@ -168,6 +169,11 @@ def evaluate(
     max_steps: int | None = None,
 ) -> EvaluationResult:
     """Run `num_episodes` episodes, vmapped, in one compiled call.
+
+    The policy acts through `policy.step`, each episode's carry starting from
+    `policy.initial_carry()` at its reset, so a recurrent policy (e.g. PPO's with
+    `network_factory=eqxrl.nn.GRUActorCritic.from_env`) remembers the episode's
+    earlier steps; a feed-forward policy's carry is `None`.
 
     **Arguments:**
 
@@ -287,6 +293,8 @@ def record_episodes(
 
     The episodes run vmapped and render inside one compiled call; the frames of each
     episode (from its reset to its last step) are then concatenated on the host.
+    The policy acts as in [`evaluate`][eqxrl.training.evaluate]: through `step`,
+    from `initial_carry()` at each episode's reset.
 
     **Arguments:**
 
