@@ -85,7 +85,7 @@ def main() -> None:
 
     # The same by hand: the carry starts afresh with the episode and each step
     # returns the next one.
-    step, env_step = jax.jit(policy.step), jax.jit(env.step)
+    step, env_step = eqx.filter_jit(policy.step), eqx.filter_jit(env.step)
     env_state, timestep = env.reset(jr.key(2))
     carry = policy.initial_carry()
     total, key = 0.0, jr.key(3)

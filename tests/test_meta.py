@@ -35,8 +35,9 @@ def eqxrl_classes():
 
 
 def is_abstract(cls):
-    return bool(getattr(cls, "__abstractmethods__", ())) or bool(
-        getattr(cls, "__abstractvars__", ())
+    return any(
+        getattr(cls, name, ())
+        for name in ("__abstractmethods__", "__abstractvars__", "__abstractclassvars__")
     )
 
 

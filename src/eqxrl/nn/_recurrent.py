@@ -4,7 +4,7 @@ actor and critic heads, stepping one observation at a time with a typed carry.""
 import abc
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -303,7 +303,7 @@ def _head(
     return _linear_layers(sizes, orthogonal_matrices(key, shapes, gains))
 
 
-class _CellActorCritic(AbstractRecurrentActorCritic):
+class AbstractCellActorCritic(AbstractRecurrentActorCritic):
     """The recurrent actor-critic of a cell type (GRU or LSTM)."""
 
     actor_core: _Core
@@ -317,7 +317,7 @@ class _CellActorCritic(AbstractRecurrentActorCritic):
     std_parameterization: StdParameterization = eqx.field(static=True)
 
     # The cell class, set by each subclass (a class attribute, not a field).
-    _cell_type: ClassVar[type]
+    _cell_type: eqx.AbstractClassVar[type]
 
     def __init__(
         self,
@@ -500,7 +500,7 @@ class _CellActorCritic(AbstractRecurrentActorCritic):
         return distribution, value
 
 
-class GRUActorCritic(_CellActorCritic):
+class GRUActorCritic(AbstractCellActorCritic):
     """A recurrent actor-critic with Equinox's GRU cell (`eqx.nn.GRUCell`).
 
     Each step encodes the observation
@@ -546,7 +546,7 @@ class GRUActorCritic(_CellActorCritic):
     _cell_type = eqx.nn.GRUCell
 
 
-class LSTMActorCritic(_CellActorCritic):
+class LSTMActorCritic(AbstractCellActorCritic):
     """A recurrent actor-critic with Equinox's LSTM cell (`eqx.nn.LSTMCell`):
     [`GRUActorCritic`][eqxrl.nn.GRUActorCritic] with an LSTM, whose carry is an
     [`LSTMCarry`][eqxrl.nn.LSTMCarry] (hidden and cell vectors).

@@ -405,7 +405,7 @@ def _eqxrl_callable_name(value: Any) -> str | None:
     owner = getattr(value, "__self__", None)
     if isinstance(owner, type):
         # A classmethod inherited from a base class (`GRUActorCritic.from_env` is
-        # `_CellActorCritic.from_env` bound to GRUActorCritic): named through the
+        # `AbstractCellActorCritic.from_env` bound to GRUActorCritic): named through the
         # class it is bound to, else it would name (and rebuild) the base's.
         module = owner.__module__
         qualname = f"{owner.__qualname__}.{value.__name__}"
