@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
 
     env = make_env(args.env)
-    print(f"{args.env}: observation space {env.observation_space}")
+    print(f"{args.env}: observation shape {env.observation_space.shape}")
     ppo, state, _ = train(env, eqxrl.nn.GRUActorCritic.from_env, args)
     if args.compare:
         train(env, None, args)

@@ -186,6 +186,28 @@ def test_pendulum_example_prints_curve(run_script):
 
 
 @pytest.mark.slow
+def test_recurrent_example_trains_evaluates_and_steps_with_the_carry(run_script):
+    output = run_script(
+        EXAMPLES / "recurrent_ppo.py",
+        *("--total-timesteps", "8192", "--num-envs", "8", "--num-steps", "32"),
+        "--compare",
+    )
+    assert "StatelessCartPole-v1: observation shape (2,)" in output  # [x, theta]
+    (gru,) = numbers(rf"^GRU: .* the last 1 iterations: {NUMBER}", output)
+    (feed_forward,) = numbers(rf"^feed-forward: .* iterations: {NUMBER}", output)
+    (greedy,) = numbers(rf"greedy evaluation, 16 episodes: return {NUMBER}", output)
+    by_hand, norm = numbers(
+        rf"one episode by hand: return {NUMBER}; the carry is GRUCarry with "
+        rf"\|hidden\| = {NUMBER}",
+        output,
+    )
+    # CartPole's returns: one per step survived, at most 500.
+    for value in (gru, feed_forward, greedy, by_hand):
+        assert 1.0 <= value <= 500.0, output
+    assert norm > 0.0, output  # the carry moved from its zero start
+
+
+@pytest.mark.slow
 def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(
     tmp_path, run_script, capsys
 ):
