@@ -285,7 +285,11 @@ def _core(
     encoder = ObservationEncoder(space, keys=keys, key=encoder_key)
     sizes = [encoder.num_features, *encoder_sizes]
     shapes = [(sizes[i + 1], sizes[i]) for i in range(len(sizes) - 1)]
-    weights = orthogonal_matrices(mlp_key, shapes, [math.sqrt(2.0)] * len(shapes))
+    weights = (
+        orthogonal_matrices(mlp_key, shapes, [math.sqrt(2.0)] * len(shapes))
+        if shapes
+        else []  # `encoder_sizes=()`: the cell reads the encoded observation
+    )
     cell = cell_type(sizes[-1], hidden_size, key=cell_key)
     return _Core(encoder, _linear_layers(sizes, weights), cell, activation)
 

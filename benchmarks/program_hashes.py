@@ -1,0 +1,110 @@
+"""Hashes of the StableHLO of existing configurations' compiled programs, to show that
+a change leaves them as they were (the same program runs at the same speed).
+
+    .venv/bin/python benchmarks/program_hashes.py --save before.json   # on the base
+    .venv/bin/python benchmarks/program_hashes.py --compare before.json
+
+Covers `train` of PPO on CartPole-v1 (plain; observations and rewards normalized),
+Pendulum-v1 (Gaussian; tanh-squashed with Brax's head), Snake-v0 and GridMaze-v0,
+independent PPO on TreasureHunt-v0 (per-agent and shared parameters), DQN on
+CartPole-v1 and SAC on Pendulum-v1, and the evaluation program of a PPO policy.
+Hashes depend on the jax version: compare on one venv.
+"""
+
+import argparse
+import hashlib
+import json
+import sys
+
+import jax
+import jax.random as jr
+
+import eqxrl
+from eqxrl.envs import make
+from eqxrl.training import evaluate
+
+TWO_ITERATIONS = 4 * 128 * 2
+CONFIGS = {
+    "ppo_cartpole": lambda: eqxrl.PPO(
+        env=make("CartPole-v1"), total_timesteps=TWO_ITERATIONS
+    ),
+    "ppo_cartpole_normalized": lambda: eqxrl.PPO(
+        env=make("CartPole-v1"),
+        total_timesteps=TWO_ITERATIONS,
+        normalize_observations=True,
+        normalize_rewards=True,
+    ),
+    "ppo_pendulum": lambda: eqxrl.PPO(
+        env=make("Pendulum-v1"), total_timesteps=TWO_ITERATIONS
+    ),
+    "ppo_pendulum_squashed": lambda: eqxrl.PPO(
+        env=eqxrl.envs.RescaleAction(make("Pendulum-v1")),
+        total_timesteps=TWO_ITERATIONS,
+        squash_actions=True,
+        state_dependent_std=True,
+        std_parameterization="softplus",
+    ),
+    "ppo_snake": lambda: eqxrl.PPO(
+        env=make("Snake-v0"), total_timesteps=TWO_ITERATIONS
+    ),
+    "ppo_grid_maze": lambda: eqxrl.PPO(
+        env=make("GridMaze-v0"), total_timesteps=TWO_ITERATIONS
+    ),
+    "ippo_treasure_hunt": lambda: eqxrl.multiagent.Independent(
+        eqxrl.PPO(
+            env=make("TreasureHunt-v0"), num_envs=4, num_steps=16, total_timesteps=128
+        )
+    ),
+    "ippo_treasure_hunt_shared": lambda: eqxrl.multiagent.Independent(
+        eqxrl.PPO(
+            env=make("TreasureHunt-v0"), num_envs=4, num_steps=16, total_timesteps=128
+        ),
+        share_parameters=True,
+    ),
+    "dqn_cartpole": lambda: eqxrl.DQN(env=make("CartPole-v1"), total_timesteps=20_000),
+    "sac_pendulum": lambda: eqxrl.SAC(env=make("Pendulum-v1"), total_timesteps=20_000),
+}
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def hashes() -> dict[str, str]:
+    key = jr.key(0)
+    found = {}
+    for name, build in CONFIGS.items():
+        found[name] = digest(build().lower(key).as_text())
+    ppo = CONFIGS["ppo_cartpole"]()
+    policy = ppo.policy(ppo.init(key), deterministic=True)
+    lowered = jax.jit(
+        lambda key: evaluate(policy, ppo.env, key, num_episodes=4).returns
+    )
+    found["evaluate_ppo_cartpole"] = digest(lowered.lower(key).as_text())
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--save", metavar="FILE")
+    group.add_argument("--compare", metavar="FILE")
+    arguments = parser.parse_args()
+    found = hashes()
+    for name, value in found.items():
+        print(f"{name:28s} {value}")
+    if arguments.save:
+        with open(arguments.save, "w") as file:
+            json.dump({"jax": jax.__version__, "hashes": found}, file, indent=1)
+        return
+    with open(arguments.compare) as file:
+        saved = json.load(file)
+    if saved["jax"] != jax.__version__:
+        sys.exit(f"saved with jax {saved['jax']}, running {jax.__version__}")
+    changed = [n for n in found if saved["hashes"].get(n) != found[n]]
+    print("changed:", changed or "none")
+    sys.exit(1 if changed else 0)
+
+
+if __name__ == "__main__":
+    main()
