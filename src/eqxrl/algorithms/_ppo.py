@@ -27,6 +27,7 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    num_agents_of,
     skip_action_checks,
 )
 from ..nn import (
@@ -354,7 +355,23 @@ class PPO(AbstractAlgorithm[PPOState]):
                         f"PPO: {name}={keys} names {missing}, which the observation "
                         f"does not have; its keys are {space.keys()}."
                     )
-        check_actor_critic("PPO", self.env, self.make_network, self.network_factory)
+        network = check_actor_critic(
+            "PPO", self.env, self.make_network, self.network_factory
+        )
+        # A multi-agent environment's learners (Independent) may have more
+        # columns than worlds: Independent checks those.
+        if (
+            network.is_recurrent
+            and num_agents_of(self.env) is None
+            and self.num_envs % self.num_minibatches
+        ):
+            raise ValueError(
+                f"PPO: the recurrent {type(network).__name__} learns from whole "
+                "sequences, in minibatches of environments: num_minibatches="
+                f"{self.num_minibatches} must divide num_envs={self.num_envs}; "
+                f"choose num_minibatches among the divisors of {self.num_envs}, or "
+                "change num_envs."
+            )
 
     @classmethod
     def from_brax_hyperparameters(
