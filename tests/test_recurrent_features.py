@@ -36,6 +36,14 @@ GRU = functools.partial(
 SMALL = dict(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, num_minibatches=2)
 LEARNING_RATES = jnp.array([0.0, 1e-3], jnp.float32)
 
+
+def short(name):
+    """`make(name)` with episodes truncated after 7 steps: every 16-step rollout
+    has episode boundaries inside it, where carries are reset (and truncated
+    episodes bootstrap from the value their carry gives)."""
+    return TimeLimit(eqxrl.envs.make(name), 7)
+
+
 # The example's wrapper: `{"sensors": noisy observation, "true_state": observation}`.
 NoisySensors = runpy.run_path(
     str(Path(__file__).parent.parent / "examples" / "dict_observations_ppo.py")
@@ -77,7 +85,7 @@ def assert_trained(states, metrics):
 
 
 def test_a_recurrent_policy_never_takes_a_masked_action():
-    env = eqxrl.envs.make("GridMaze-v0")  # masks the moves into walls
+    env = short("GridMaze-v0")  # masks the moves into walls
 
     def make(learning_rate):
         return eqxrl.PPO(
@@ -139,7 +147,7 @@ SQUASHED_GRU = functools.partial(
 
 def squashed_pendulum(learning_rate):
     return eqxrl.PPO(
-        env=RescaleAction(eqxrl.envs.make("Pendulum-v1")),
+        env=RescaleAction(short("Pendulum-v1")),
         network_factory=SQUASHED_GRU,
         learning_rate=learning_rate,
         normalize_observations=True,
@@ -156,7 +164,7 @@ def squashed_pendulum_runs():
 def test_box_actions_with_a_recurrent_gaussian_policy():
     def make(learning_rate):
         return eqxrl.PPO(
-            env=eqxrl.envs.make("Pendulum-v1"),
+            env=short("Pendulum-v1"),
             network_factory=GRU,
             learning_rate=learning_rate,
             **SMALL,
@@ -224,7 +232,7 @@ def test_normalized_observations_and_rewards_with_a_recurrent_policy(
 
 
 def test_an_asymmetric_recurrent_actor_never_reads_the_critic_keys():
-    env = NoisySensors(eqxrl.envs.make("CartPole-v1"), 0.1)
+    env = NoisySensors(short("CartPole-v1"), 0.1)
     factory = functools.partial(
         GRU, actor_keys=("sensors",), critic_keys=("true_state",)
     )
