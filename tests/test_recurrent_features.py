@@ -1,7 +1,8 @@
 """Recurrent PPO with every PPO feature: action masks, `Box` actions (Gaussian and
 squashed), observation and reward normalization, an asymmetric actor-critic,
-seeds and sweeps under `vmap` (one trace), a mesh over environments, independent
-learners (one carry per agent), and the refusals of what cannot work.
+seeds and sweeps under `vmap` (one trace), independent learners (one carry per
+agent), and the refusals of what cannot work. (A mesh over environments:
+`test_sharding.py`.)
 
 Several tests train two members in one program (a sweep built inside `jax.vmap`):
 a frozen policy (learning rate 0, ratios clipped at 1 +- 1e-4) and a learning one.

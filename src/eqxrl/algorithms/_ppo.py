@@ -162,7 +162,9 @@ class PPO(AbstractAlgorithm[PPOState]):
     - `total_timesteps`: environment steps of the whole run; the run has
       `total_timesteps // (num_envs * num_steps)` iterations.
     - `num_epochs`: passes over each rollout.
-    - `num_minibatches`: minibatches per pass; must divide `num_envs * num_steps`.
+    - `num_minibatches`: minibatches per pass; must divide `num_envs * num_steps`
+      (with a recurrent network, whose minibatches are whole sequences, it must
+      divide `num_envs`).
     - `learning_rate`: Adam step size.
     - `anneal_lr`: decay the learning rate linearly to zero over the run.
     - `gamma`: discount factor.
