@@ -397,12 +397,13 @@ def test_independent_recurrent_learners_carry_one_state_per_agent(share_paramete
     assert (np.asarray(metrics["episode_count"]) > 0).all()  # truncated episodes
     hidden = np.asarray(learners.carry.hidden)
     if share_parameters:
-        # One learner, every agent of every world a column of it.
-        assert hidden.shape == (2, 2 * 2, 16)
-        per_agent = hidden.reshape(2, 2, 2, 16).swapaxes(1, 2)  # worlds, agents
+        # One learner, every agent of every world a column of it (world-major).
+        assert hidden.shape == (2, 2 * 2, 16)  # [runs, worlds * agents, hidden]
+        per_agent = hidden.reshape(2, 2, 2, 16).swapaxes(1, 2)
     else:
         assert hidden.shape == (2, 2, 2, 16)  # [runs, agents, worlds, hidden]
         per_agent = hidden
+    # per_agent: [runs, agents, worlds, hidden].
     # Each agent remembers its own observations.
     assert np.abs(per_agent[:, 0] - per_agent[:, 1]).max(axis=-1).min() > 1e-4
 
