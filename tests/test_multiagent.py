@@ -376,6 +376,7 @@ def test_recurrent_policies_carry_one_state_per_agent(share_parameters):
         num_envs=2,
         num_steps=8,
         total_timesteps=16,
+        num_minibatches=2,  # of the 2 worlds' sequences (whole sequences)
     )
     learners = Independent(ppo, share_parameters=share_parameters)
     state = eqx.filter_jit(learners.init)(jr.key(0))

@@ -175,7 +175,7 @@ def test_rollout_bootstraps_truncation_from_the_final_observation():
     env = eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 5)
     ppo = eqxrl.PPO(env=env, num_envs=2, num_steps=12, total_timesteps=24)
     state = ppo.init(jr.key(0))
-    _, _, transitions, truncated_values = ppo._collect(state, jr.key(1))
+    _, _, _, transitions, truncated_values = ppo._collect(state, jr.key(1))
     truncated = np.asarray(transitions.truncated)
     assert truncated[[4, 9]].all() and truncated.sum() == 4
     values = np.asarray(truncated_values)

@@ -358,3 +358,60 @@ def test_train_seeds_needs_one_key_per_run():
     ppo = eqxrl.PPO(env=env, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2)
     with pytest.raises(ValueError, match=r"one key per run, shape \[num_runs\]"):
         eqxrl.train_seeds(ppo, jax.random.key(0))
+
+
+# A recurrent network over an "envs" axis: each device holds whole sequences (its
+# environments' carries and rollout columns); minibatches of sequences gather
+# environments from every device.
+RECURRENT_SCRIPT = PRELUDE + textwrap.dedent(
+    """
+    import functools
+    from eqxrl.nn import GRUActorCritic
+
+    gru = functools.partial(
+        GRUActorCritic.from_env, hidden_size=8, encoder_sizes=(16,), head_sizes=(16,)
+    )
+    # Episodes end inside every rollout (terminated, and truncated at 12 steps).
+    env = eqxrl.envs.TimeLimit(eqxrl.envs.make("StatelessCartPole-v1"), 12)
+    ppo = eqxrl.PPO(
+        env=env, network_factory=gru, num_envs=8, num_steps=16,
+        total_timesteps=8 * 16 * 3, num_minibatches=2,
+        normalize_observations=True, normalize_rewards=True,
+    )
+    reference, reference_metrics = ppo.train(jax.random.key(0))
+    state, metrics = ppo.train(jax.random.key(0), mesh=mesh((4,), ("envs",)))
+    results["recurrent"] = {
+        "difference": difference(reference, state),
+        "metrics_difference": max(
+            float(np.nanmax(np.abs(np.asarray(metrics[k]) - reference_metrics[k]),
+                            initial=0.0))
+            for k in metrics
+        ),
+        "episodes": int(np.sum(metrics["episode_count"])),
+        "carry_shape": list(state.carry.hidden.shape),
+        "carry_spec": spec(state.carry),
+        "carry_devices": len(state.carry.hidden.addressable_shards),
+        "carry_norm": float(np.abs(np.asarray(state.carry.hidden)).max()),
+        "env_spec": spec(state.env_state),
+        "weight_spec": spec(eqx.filter(state.model, eqx.is_array)),
+    }
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.compile_bound
+def test_recurrent_ppo_over_devices_matches_the_one_device_run(tmp_path):
+    run = run_script(RECURRENT_SCRIPT, tmp_path)["recurrent"]
+    # The carries are split with the environments; each device holds 2 whole
+    # sequences; the network is on every device.
+    assert run["carry_shape"] == [8, 8], run
+    assert run["carry_spec"] == "('envs',)", run
+    assert run["carry_devices"] == 4, run
+    assert run["env_spec"] == "('envs',)", run
+    assert run["weight_spec"] == "()", run
+    assert run["episodes"] > 8 and run["carry_norm"] > 1e-3, run
+    # The same run, up to the order of float sums across devices.
+    assert run["difference"] < 1e-4, run
+    assert run["metrics_difference"] < 1e-4, run

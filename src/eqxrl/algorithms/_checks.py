@@ -83,10 +83,10 @@ def check_actor_critic(
     env: AbstractEnvironment,
     make_network: Callable[[PRNGKeyArray], Any],
     network_factory: Callable[[AbstractEnvironment, PRNGKeyArray], Any] | None,
-) -> None:
+) -> AbstractActorCritic:
     """The environment keeps its contract, and the network (from `network_factory`
     if given, else `make_network`) is an actor-critic whose action distribution
-    matches the action space."""
+    matches the action space. Returns the network's shapes (nothing runs)."""
     check_environment(env)
     source, network = _network_shape(env, make_network, network_factory)
     if not isinstance(network, AbstractActorCritic):
@@ -137,6 +137,7 @@ def check_actor_critic(
                 f"{list(sample.shape)}, but {env_name} has a Box action space of "
                 f"shape {_shape(space)}; build the network with that action size."
             )
+    return network
 
 
 def check_q_network(

@@ -27,6 +27,7 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    num_agents_of,
     skip_action_checks,
 )
 from ..nn import (
@@ -161,7 +162,9 @@ class PPO(AbstractAlgorithm[PPOState]):
     - `total_timesteps`: environment steps of the whole run; the run has
       `total_timesteps // (num_envs * num_steps)` iterations.
     - `num_epochs`: passes over each rollout.
-    - `num_minibatches`: minibatches per pass; must divide `num_envs * num_steps`.
+    - `num_minibatches`: minibatches per pass; must divide `num_envs * num_steps`
+      (with a recurrent network, whose minibatches are whole sequences, it must
+      divide `num_envs`).
     - `learning_rate`: Adam step size.
     - `anneal_lr`: decay the learning rate linearly to zero over the run.
     - `gamma`: discount factor.
@@ -354,7 +357,23 @@ class PPO(AbstractAlgorithm[PPOState]):
                         f"PPO: {name}={keys} names {missing}, which the observation "
                         f"does not have; its keys are {space.keys()}."
                     )
-        check_actor_critic("PPO", self.env, self.make_network, self.network_factory)
+        network = check_actor_critic(
+            "PPO", self.env, self.make_network, self.network_factory
+        )
+        # A multi-agent environment's learners (Independent) may have more
+        # columns than worlds: Independent checks those.
+        if (
+            network.is_recurrent
+            and num_agents_of(self.env) is None
+            and self.num_envs % self.num_minibatches
+        ):
+            raise ValueError(
+                f"PPO: the recurrent {type(network).__name__} learns from whole "
+                "sequences, in minibatches of environments: num_minibatches="
+                f"{self.num_minibatches} must divide num_envs={self.num_envs}; "
+                f"choose num_minibatches among the divisors of {self.num_envs}, or "
+                "change num_envs."
+            )
 
     @classmethod
     def from_brax_hyperparameters(

@@ -180,6 +180,33 @@ class Independent(AbstractAlgorithm[IndependentState]):
                 "flattened observation, which needs a Box observation space; this "
                 f"one is {type(env.observation_space).__name__}."
             )
+        if isinstance(self.algorithm, PPO):
+            self._check_sequence_minibatches()
+
+    def _check_sequence_minibatches(self) -> None:
+        """A recurrent network learns from minibatches of whole sequences: the
+        learner's columns (the worlds, or every agent of every world with
+        `share_parameters`) must split evenly into `num_minibatches`."""
+        learner = self.learner
+        network = eqx.filter_eval_shape(learner.make_network, jax.random.key(0))
+        if not network.is_recurrent:
+            return
+        columns = self.num_envs
+        described = f"num_envs={columns} worlds"
+        if self.share_parameters:
+            columns *= self.num_agents
+            described = (
+                f"{columns} columns (num_envs={self.num_envs} worlds x "
+                f"{self.num_agents} agents)"
+            )
+        if columns % learner.num_minibatches:
+            raise ValueError(
+                f"Independent: the recurrent {type(network).__name__} learns from "
+                "whole sequences, in minibatches of its learner's columns: "
+                f"num_minibatches={learner.num_minibatches} must divide the "
+                f"{described}; choose num_minibatches among the divisors of "
+                f"{columns}."
+            )
 
     # ------------------------------------------------------------------ config
     @property
