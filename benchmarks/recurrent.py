@@ -35,6 +35,7 @@ program per network:
 """
 
 import argparse
+import functools
 import importlib.util
 import statistics
 import sys
@@ -136,7 +137,12 @@ def final_return(returns: np.ndarray, ended: np.ndarray | None = None) -> float:
 
 def eqxrl_runner(recurrent: bool):
     env = eqxrl.envs.make("CartPole-v1")
-    factory = eqxrl.nn.GRUActorCritic.from_env if recurrent else None
+    # PureJaxRL's ActorCriticRNN: 128 ReLU embedding, GRU 128, 128 ReLU heads.
+    factory = (
+        functools.partial(eqxrl.nn.GRUActorCritic.from_env, activation=jax.nn.relu)
+        if recurrent
+        else None
+    )
     ppo = eqxrl.PPO(env=env, network_factory=factory, total_timesteps=500_000)
     start = time.perf_counter()
     compiled = ppo.lower(jr.key(0)).compile()
