@@ -139,7 +139,13 @@ def eqxrl_runner(recurrent: bool):
     env = eqxrl.envs.make("CartPole-v1")
     # PureJaxRL's ActorCriticRNN: 128 ReLU embedding, GRU 128, 128 ReLU heads.
     factory = (
-        functools.partial(eqxrl.nn.GRUActorCritic.from_env, activation=jax.nn.relu)
+        functools.partial(
+            eqxrl.nn.GRUActorCritic.from_env,
+            hidden_size=128,
+            encoder_sizes=(128,),
+            head_sizes=(128,),
+            activation=jax.nn.relu,
+        )
         if recurrent
         else None
     )

@@ -273,7 +273,7 @@ def test_recurrent_state_and_policy_round_trip(tmp_path):
     path = eqxrl.save_checkpoint(tmp_path / "state.eqx", state, ppo)
     loaded, algorithm = eqxrl.load_checkpoint(path)
     assert algorithm.network_factory == eqxrl.nn.LSTMActorCritic.from_env
-    assert loaded.carry.cell.shape == (2, 128)
+    assert loaded.carry.cell.shape == (2, 256)
     assert_bitwise_equal(loaded, state)
 
     policy = eqxrl.load_policy(save_policy(tmp_path / "policy.eqx", state, ppo))

@@ -252,9 +252,9 @@ def test_recurrent_network_run_is_named_and_evaluates(capsys, tmp_path):
     assert header["config"]["fields"]["network_factory"] == named
     state, algorithm = eqxrl.load_checkpoint(out)
     assert algorithm.network_factory == eqxrl.nn.GRUActorCritic.from_env
-    assert state.carry.hidden.shape == (2, 128)
+    assert state.carry.hidden.shape == (2, 256)
     policy = eqxrl.load_policy(out)
-    assert policy.is_recurrent and policy.initial_carry().hidden.shape == (128,)
+    assert policy.is_recurrent and policy.initial_carry().hidden.shape == (256,)
     gif = tmp_path / "episodes.gif"
     code, text, err = run(
         capsys, "eval", str(out), "--episodes", "3", "--gif", str(gif), "--json"

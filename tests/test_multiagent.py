@@ -383,7 +383,7 @@ def test_recurrent_policies_carry_one_state_per_agent(share_parameters):
     joint = learners.policy(state, deterministic=True)
     assert joint.is_recurrent
     carry = joint.initial_carry()
-    assert carry.hidden.shape == (2, 128)  # [num_agents, hidden_size]
+    assert carry.hidden.shape == (2, 256)  # [num_agents, hidden_size]
     with pytest.raises(TypeError, match=r"recurrent.*policy\.step"):
         joint.act(env.reset(jr.key(1))[1].observation, jr.key(2))
 

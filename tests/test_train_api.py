@@ -58,12 +58,12 @@ def test_one_call_train_with_a_recurrent_network_steps_with_a_carry():
         seed=1,
     )
     assert result.policy.is_recurrent and int(result.state.iteration) == 2
-    assert result.state.carry.hidden.shape == (2, 128)  # one per environment
+    assert result.state.carry.hidden.shape == (2, 256)  # one per environment
     observation = jnp.array([0.01, -0.02], jnp.float32)
     with pytest.raises(TypeError, match=r"result\.step\(carry.*initial_carry"):
         result.act(observation, jr.key(0))
     carry = result.initial_carry()
-    np.testing.assert_array_equal(carry.hidden, np.zeros(128, np.float32))
+    np.testing.assert_array_equal(carry.hidden, np.zeros(256, np.float32))
     # Two steps, jitted, as the policy's own (traced) step gives them.
     expected_carry = carry
     for key in jr.split(jr.key(2), 2):

@@ -328,10 +328,10 @@ class AbstractCellActorCritic(AbstractRecurrentActorCritic):
         observation_space: AbstractSpace,
         action_space: AbstractSpace,
         *,
-        hidden_size: int = 128,
-        encoder_sizes: Sequence[int] = (128,),
-        head_sizes: Sequence[int] = (128,),
-        activation: Callable[[Array], Array] = jax.nn.relu,
+        hidden_size: int = 256,
+        encoder_sizes: Sequence[int] = (256,),
+        head_sizes: Sequence[int] = (256,),
+        activation: Callable[[Array], Array] = jax.nn.tanh,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
         state_dependent_std: bool = False,
@@ -512,8 +512,11 @@ class GRUActorCritic(AbstractCellActorCritic):
     one-hot `Discrete` leaves, a CNN for images), runs it through an MLP
     (`encoder_sizes`), updates the GRU's hidden state, and reads the hidden state
     with an actor head (masked categorical logits for `Discrete` actions, a
-    diagonal Gaussian for `Box`) and a critic head. The defaults are PureJaxRL's
-    `ppo_rnn.py`: a 128-wide ReLU embedding, a 128-unit GRU, 128-wide ReLU heads.
+    diagonal Gaussian for `Box`) and a critic head. The defaults (a 256-wide tanh
+    embedding, a 256-unit GRU, 256-wide tanh heads) are what learned
+    `StatelessCartPole-v1` at PPO's defaults (see [Memory](../memory.md#figures));
+    PureJaxRL's `ppo_rnn.py` network is `hidden_size=128, encoder_sizes=(128,),
+    head_sizes=(128,), activation=jax.nn.relu`.
     With `critic_keys` other than `actor_keys` (a `Dict` observation), the critic
     has an encoder and a GRU of its own, and the carry is an
     [`ActorCriticCarry`][eqxrl.nn.ActorCriticCarry].
@@ -529,7 +532,8 @@ class GRUActorCritic(AbstractCellActorCritic):
     - `hidden_size`: units of the GRU.
     - `encoder_sizes`: widths of the MLP between the encoder and the GRU.
     - `head_sizes`: widths of the actor's and the critic's hidden layers.
-    - `activation`: activation of the MLP layers (default ReLU, as PureJaxRL's).
+    - `activation`: activation of the MLP layers (default `tanh`, as PPO's default
+      network's; PureJaxRL's `ppo_rnn.py` uses ReLU).
     - `actor_keys`, `critic_keys`: the `Dict` keys each reads (`None`: all).
     - `state_dependent_std`, `squash`, `std_parameterization`, `initial_log_std`:
       the Gaussian head of a `Box` action space, as in
@@ -542,7 +546,7 @@ class GRUActorCritic(AbstractCellActorCritic):
         env = eqxrl.envs.make("StatelessCartPole-v1")
         ppo = eqxrl.PPO(env=env, network_factory=eqxrl.nn.GRUActorCritic.from_env)
         network = eqxrl.nn.GRUActorCritic.from_env(env, jax.random.key(0))
-        carry = network.initial_carry()  # GRUCarry(hidden=f32[128])
+        carry = network.initial_carry()  # GRUCarry(hidden=f32[256])
         carry, distribution, value = network.step(carry, jnp.zeros(2))
         ```
     """
