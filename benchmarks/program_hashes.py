@@ -93,6 +93,7 @@ def main() -> None:
     found = hashes()
     for name, value in found.items():
         print(f"{name:28s} {value}")
+    print(f"{len(found)} programs hashed")
     if arguments.save:
         with open(arguments.save, "w") as file:
             json.dump({"jax": jax.__version__, "hashes": found}, file, indent=1)

@@ -254,9 +254,11 @@ TASKS = {
 }
 
 
-def learning(seeds: int, tasks: list[str]) -> None:
+def learning(seeds: int, tasks: list[str], total_timesteps: int | None) -> None:
     for task in tasks:
         make_env, options = TASKS[task]
+        if total_timesteps is not None:  # smaller runs (the test suite's smoke run)
+            options = {**options, "total_timesteps": total_timesteps}
         print(f"\n{task}: {options}, {seeds} seeds vmapped")
         for network in ("gru", "feed-forward"):
             factory = eqxrl.nn.GRUActorCritic.from_env if network == "gru" else None
@@ -288,13 +290,18 @@ def main() -> None:
     speed_parser.add_argument("--pairs", type=int, default=5)
     learning_parser = sub.add_parser("learning")
     learning_parser.add_argument("--seeds", type=int, default=4)
-    learning_parser.add_argument("--tasks", nargs="+", default=list(TASKS))
+    learning_parser.add_argument(
+        "--tasks", nargs="+", default=list(TASKS), choices=list(TASKS)
+    )
+    learning_parser.add_argument(
+        "--total-timesteps", type=int, help="instead of each task's (smoke runs)"
+    )
     arguments = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     if arguments.command == "speed":
         speed(arguments.pairs, arguments.purejaxrl)
     else:
-        learning(arguments.seeds, arguments.tasks)
+        learning(arguments.seeds, arguments.tasks, arguments.total_timesteps)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,23 @@ SMOKE_RUNS = {
         [rf"steps/s median \(best\): eqxrl {NUMBER} \({NUMBER}\), gymnax {NUMBER}"],
         ["gymnax", "rejax"],
     ),
+    "recurrent.py": (
+        # The learning bars' code at two iterations (the speed part needs
+        # PureJaxRL's files, fetched outside the repository).
+        ["learning", "--seeds", "1", "--tasks", "StatelessCartPole-v1"]
+        + ["--total-timesteps", "8192"],
+        [
+            rf"{network}: mean return over the last 1 iterations per seed "
+            rf"\[{NUMBER}\]"
+            for network in ("gru", "feed-forward")
+        ],
+        [],
+    ),
+    "program_hashes.py": (
+        ["--save", "/dev/null"],
+        [rf"^{NUMBER} programs hashed"],
+        [],
+    ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
         ["--configs", "default", "--episodes", "1", "--turns", "10"]

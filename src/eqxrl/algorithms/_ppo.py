@@ -1024,9 +1024,15 @@ class PPO(AbstractAlgorithm[PPOState]):
         replayed from `carry` (see `replay`)."""
         network = self.acting_model(model, observation_statistics)
         if carry is None:
-            log_prob, entropy, max_entropy, value = jax.vmap(
-                lambda *row: self._evaluate(network, None, *row)[1]
-            )(batch.observation, batch.action_mask, batch.action, noise)
+
+            def evaluate(observation, action_mask, action, noise):
+                observation = self._restore_observation(observation)
+                distribution, value = network(observation, action_mask)
+                return self._judge(distribution, value, action_mask, action, noise)
+
+            log_prob, entropy, max_entropy, value = jax.vmap(evaluate)(
+                batch.observation, batch.action_mask, batch.action, noise
+            )
         else:
             log_prob, entropy, max_entropy, value = self.replay(
                 network, carry, batch, noise
@@ -1058,22 +1064,6 @@ class PPO(AbstractAlgorithm[PPOState]):
         if isinstance(self.env.action_space, Discrete):
             statistics["max_entropy"] = max_entropy.mean()
         return total_loss, statistics
-
-    def _evaluate(
-        self,
-        network: AbstractActorCritic,
-        carry: PyTree[Array] | None,
-        observation: PyTree[Array],
-        action_mask: Bool[Array, " num_actions"] | None,
-        action: Array,
-        noise: Array | None,
-    ) -> tuple[PyTree[Array] | None, tuple[Array, Array, Array, Array]]:
-        """One stored step re-evaluated: the network's next carry, and the
-        action's log-probability, the entropy, the entropy of the uniform policy
-        over the valid actions (NaN for `Box` actions) and the value."""
-        observation = self._restore_observation(observation)
-        carry, distribution, value = network.step(carry, observation, action_mask)
-        return carry, self._judge(distribution, value, action_mask, action, noise)
 
     def _judge(
         self,
