@@ -197,15 +197,10 @@ def check_carry(owner: str, carry: Any, expected: Any) -> None:
         )
         return f"{type(tree).__name__}({shapes})"
 
-    same_type = type(carry) is type(expected)
-    if same_type:
-        expected_leaves = _named_leaves(expected)
-        carry_leaves = _named_leaves(carry)
-        same_type = [n for n, _ in expected_leaves] == [n for n, _ in carry_leaves]
-    if not same_type or any(
-        jnp.shape(a) != jnp.shape(b)
-        for (_, a), (_, b) in zip(_named_leaves(carry), _named_leaves(expected))
-    ):
+    def signature(tree: Any) -> list[tuple[str, tuple[int, ...]]]:
+        return [(name, jnp.shape(leaf)) for name, leaf in _named_leaves(tree)]
+
+    if type(carry) is not type(expected) or signature(carry) != signature(expected):
         raise ValueError(
             f"{owner}.step: the carry is {describe(carry)}, but this network "
             f"reads one environment's {describe(expected)} (batch carries with "
