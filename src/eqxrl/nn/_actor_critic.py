@@ -89,6 +89,23 @@ def gaussian_head(
     return DiagonalGaussian(mean, log_std, squash)
 
 
+def action_head(
+    outputs: Float[Array, " outputs"],
+    action_mask: Bool[Array, " num_actions"] | None,
+    scale_parameter: Float[Array, " action_size"] | None,
+    action_size: int | None,
+    std_parameterization: str,
+    squash: bool,
+) -> MaskedCategorical | DiagonalGaussian:
+    """The policy of an actor's outputs: masked categorical logits for a `Discrete`
+    action space (`action_size=None`), else `gaussian_head`'s Gaussian."""
+    if action_size is None:
+        return MaskedCategorical(outputs, action_mask)
+    return gaussian_head(
+        outputs, scale_parameter, action_size, std_parameterization, squash
+    )
+
+
 class AbstractActorCritic(eqx.Module):
     """A policy and a value function for one observation.
 

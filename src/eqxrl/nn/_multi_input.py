@@ -15,7 +15,7 @@ from ._actor_critic import (
     StdParameterization,
     _forward,
     _mlp_weights,
-    gaussian_head,
+    action_head,
     gaussian_scale_parameter,
 )
 from ._cnn import conv_torso, conv_torso_features
@@ -285,16 +285,14 @@ class MultiInputActorCritic(AbstractActorCritic):
         action_mask: Bool[Array, " num_actions"] | None = None,
     ) -> tuple[MaskedCategorical | DiagonalGaussian, Float[Array, ""]]:
         outputs = _forward(self.actor, self.activation, self.actor_encoder(observation))
-        if self.action_size is None:
-            distribution = MaskedCategorical(outputs, action_mask)
-        else:
-            distribution = gaussian_head(
-                outputs,
-                self.log_std,
-                self.action_size,
-                self.std_parameterization,
-                self.squash,
-            )
+        distribution = action_head(
+            outputs,
+            action_mask,
+            self.log_std,
+            self.action_size,
+            self.std_parameterization,
+            self.squash,
+        )
         return distribution, self.value(observation)
 
     def value(self, observation: PyTree[Array]) -> Float[Array, ""]:

@@ -24,7 +24,7 @@ from ._actor_critic import (
     StdParameterization,
     _forward,
     _linear_layers,
-    gaussian_head,
+    action_head,
     gaussian_scale_parameter,
 )
 from ._init import orthogonal_matrices
@@ -484,17 +484,14 @@ class AbstractCellActorCritic(AbstractRecurrentActorCritic):
         critic_features: Float[Array, " hidden_size"],
         action_mask: Bool[Array, " num_actions"] | None,
     ) -> tuple[MaskedCategorical | DiagonalGaussian, Float[Array, ""]]:
-        outputs = _forward(self.actor, self.activation, features)
-        if self.action_size is None:
-            distribution = MaskedCategorical(outputs, action_mask)
-        else:
-            distribution = gaussian_head(
-                outputs,
-                self.log_std,
-                self.action_size,
-                self.std_parameterization,
-                self.squash,
-            )
+        distribution = action_head(
+            _forward(self.actor, self.activation, features),
+            action_mask,
+            self.log_std,
+            self.action_size,
+            self.std_parameterization,
+            self.squash,
+        )
         value = _forward(self.critic, self.activation, critic_features)[0]
         return distribution, value
 
