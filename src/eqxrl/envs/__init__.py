@@ -13,9 +13,11 @@ from ._checks import (
     skip_action_checks as skip_action_checks,
 )
 from ._environment import (
+    GLOBAL_STATE as GLOBAL_STATE,
     AbstractEnvironment as AbstractEnvironment,
     AbstractMultiAgentEnvironment as AbstractMultiAgentEnvironment,
     AbstractWrapper as AbstractWrapper,
+    global_state_space_of as global_state_space_of,
     num_agents_of as num_agents_of,
     unwrap as unwrap,
 )

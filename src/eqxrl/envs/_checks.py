@@ -14,7 +14,13 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, PyTree
 
-from ._environment import AbstractEnvironment, AbstractWrapper, num_agents_of
+from ._environment import (
+    GLOBAL_STATE,
+    AbstractEnvironment,
+    AbstractWrapper,
+    global_state_space_of,
+    num_agents_of,
+)
 from ._spaces import AbstractSpace, Discrete
 from ._types import TimeStep
 
@@ -137,7 +143,10 @@ def check_environment(env: AbstractEnvironment) -> None:
     ([`num_agents_of`][eqxrl.envs.num_agents_of] is not `None`) is stepped with one
     action per agent, and its observation leaves, reward and action mask must have a
     leading `num_agents` axis (the spaces describe one agent); `terminated` and
-    `truncated` stay scalars.
+    `truncated` stay scalars. One that declares a global state
+    ([`global_state_space_of`][eqxrl.envs.global_state_space_of] is not `None`) puts
+    it in `timestep.extras["global_state"]`, float32 of that space's shape (no
+    agent axis); an environment that declares none does not use that key.
 
     PPO, DQN and IQN call it when they are built.
 
@@ -209,6 +218,7 @@ def check_environment(env: AbstractEnvironment) -> None:
         raise ValueError(
             f"{name}: timestep.{field} is {_shape_text(got)} but must be {rule}."
         )
+    _check_global_state(name, global_state_space_of(env), reset_timestep.extras)
     mask = reset_timestep.action_mask
     actions = env.action_space
     if mask is not None and isinstance(actions, Discrete):
@@ -219,6 +229,33 @@ def check_environment(env: AbstractEnvironment) -> None:
                 f"space is Discrete({actions.num_values}){per_agent}, which needs "
                 f"bool{list(want)} (True where an action is valid)."
             )
+
+
+def _check_global_state(name: str, space: Any, extras: dict[str, Any]) -> None:
+    """The global state's extras entry agrees with the declared space."""
+    global_state = extras.get(GLOBAL_STATE)
+    if space is None:
+        if global_state is not None:
+            raise ValueError(
+                f"{name}: timestep.extras[{GLOBAL_STATE!r}] is set but the "
+                "environment declares no global_state_space; declare it (a property "
+                "returning a Box of the global state's shape) or use another key."
+            )
+        return
+    if global_state is None:
+        raise ValueError(
+            f"{name}: global_state_space is {space} but reset returns no "
+            f"timestep.extras[{GLOBAL_STATE!r}]; put the global state there in "
+            "reset and step."
+        )
+    want = tuple(space.shape)
+    if tuple(global_state.shape) != want or global_state.dtype != jnp.float32:
+        raise ValueError(
+            f"{name}: timestep.extras[{GLOBAL_STATE!r}] is "
+            f"{_shape_text(global_state)} but global_state_space needs "
+            f"float32{list(want)}: one global state for the whole world, with no "
+            "agent axis."
+        )
 
 
 def _check_observation_shapes(

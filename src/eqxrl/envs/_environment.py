@@ -6,10 +6,14 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, PRNGKeyArray, PyTree, UInt8
 
-from ._spaces import AbstractSpace
+from ._spaces import AbstractSpace, Box
 from ._types import TimeStep
 
 StateT = TypeVar("StateT")
+
+GLOBAL_STATE = "global_state"
+"""The `TimeStep.extras` key of a multi-agent environment's global state (see
+[`AbstractMultiAgentEnvironment.global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space])."""
 
 
 class AbstractEnvironment(eqx.Module, Generic[StateT]):
@@ -210,7 +214,14 @@ class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
       axis, while `terminated` and `truncated` stay bool scalars: an episode ends
       for every agent at once;
     - `observation_space` and `action_space` describe one agent (every agent has the
-      same spaces).
+      same spaces);
+    - an environment that declares a global state (a
+      [`global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space]
+      other than `None`) puts it in every timestep as
+      `timestep.extras["global_state"]` (the key is
+      [`GLOBAL_STATE`][eqxrl.envs.GLOBAL_STATE]): one float32 array of that space's
+      shape about the whole world, with no agent axis. Centralised critics and
+      mixers ([`MAPPO`][eqxrl.multiagent.MAPPO]) read it.
 
     Subclasses declare `num_agents` (a field or a property: a Python int, since it
     sets shapes). The wrappers ([`TimeLimit`][eqxrl.envs.TimeLimit],
@@ -235,6 +246,22 @@ class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
     """
 
     num_agents: eqx.AbstractVar[int]
+
+    @property
+    def global_state_space(self) -> Box | None:
+        """The space of the global state this environment puts in
+        `timestep.extras["global_state"]`, or `None` (the default) when it declares
+        none.
+
+        The global state describes the whole world for centralised training (a
+        critic or a mixer that sees more than any one agent), so it has no agent
+        axis: float32 of `global_state_space.shape`. Override this property to
+        declare one; [`check_environment`][eqxrl.envs.check_environment] checks the
+        extras entry against it, and
+        [`global_state_space_of`][eqxrl.envs.global_state_space_of] finds it through
+        wrappers.
+        """
+        return None
 
 
 def num_agents_of(env: AbstractEnvironment) -> int | None:
@@ -265,6 +292,35 @@ def num_agents_of(env: AbstractEnvironment) -> int | None:
     for inner in unwrap(env):
         if isinstance(inner, AbstractMultiAgentEnvironment):
             return inner.num_agents
+    return None
+
+
+def global_state_space_of(env: AbstractEnvironment) -> Box | None:
+    """The global state's space of a multi-agent environment, looking through
+    wrappers; `None` when it declares none or has a single agent.
+
+    The first multi-agent environment in the chain from `env` inwards answers (as
+    for [`num_agents_of`][eqxrl.envs.num_agents_of]).
+
+    **Arguments:**
+
+    - `env`: an environment, wrapped or not.
+
+    **Returns:**
+
+    Its [`global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space]
+    (a `Box`), or `None`.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("TreasureHunt-v0")
+        eqxrl.envs.global_state_space_of(env).shape  # (21, 21, 3): the whole grid
+        ```
+    """
+    for inner in unwrap(env):
+        if isinstance(inner, AbstractMultiAgentEnvironment):
+            return inner.global_state_space
     return None
 
 

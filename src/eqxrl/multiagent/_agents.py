@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from ..envs import AbstractEnvironment, AbstractSpace, Box, TimeStep
+from ..envs import GLOBAL_STATE, AbstractEnvironment, AbstractSpace, Box, TimeStep
 
 # The extras that belong to one agent (they mirror per-agent fields: AutoReset's
 # final observation, the final action mask kept by the Q-learners, EpisodeStatistics'
@@ -54,6 +54,15 @@ def agent_major(timestep: TimeStep, num_agents: int) -> TimeStep:
         action_mask=jax.tree.map(agents_first, timestep.action_mask),
         extras=extras,
     )
+
+
+def without_global_state(timestep: TimeStep) -> TimeStep:
+    """`timestep` without its `extras["global_state"]` (for learners that do not
+    read it, so that they do not carry it)."""
+    if GLOBAL_STATE not in timestep.extras:
+        return timestep
+    extras = {k: v for k, v in timestep.extras.items() if k != GLOBAL_STATE}
+    return _replace(timestep, extras=extras)
 
 
 def _replace(timestep: TimeStep, **fields: Any) -> TimeStep:

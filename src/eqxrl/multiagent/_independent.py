@@ -33,6 +33,7 @@ from ._agents import (
     agent_major,
     every_agent_with_index,
     flat_with_agent_index,
+    without_global_state,
 )
 from ._policy import IndependentPolicy, SharedPolicy
 
@@ -252,7 +253,9 @@ class Independent(AbstractAlgorithm[IndependentState]):
         return eqx.tree_at(lambda a: a.env, self.algorithm, view)
 
     def _views(self, timestep: TimeStep) -> TimeStep:
-        """The learners' views of a batch of world timesteps."""
+        """The learners' views of a batch of world timesteps (without the global
+        state, which independent learners do not read)."""
+        timestep = without_global_state(timestep)
         if self.share_parameters:
             return flat_with_agent_index(timestep, self.num_agents)
         return agent_major(timestep, self.num_agents)

@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, UInt8
 from ..._config import float32, in_range
 from ..._random import random_bits, split, uniform
 from .._checks import check_action
-from .._environment import AbstractMultiAgentEnvironment
+from .._environment import GLOBAL_STATE, AbstractMultiAgentEnvironment
 from .._spaces import Box, Discrete
 from .._types import TimeStep
 
@@ -141,6 +141,10 @@ class TreasureHunt(AbstractMultiAgentEnvironment[TreasureHuntState]):
     `observation.transpose(0, 1, 4, 2, 3).reshape(num_agents, -1)` (375 values per
     agent with the defaults: 5 frames of 3 x 5 x 5).
 
+    **Global state** (`timestep.extras["global_state"]`, float32 `[height, width,
+    channels]`): the whole grid in the same encoding, for centralised critics and
+    mixers ([`global_state_space`][eqxrl.envs.TreasureHunt.global_state_space]).
+
     **Where this port differs from Sorrel**, on purpose:
 
     - Sorrel's agent `i` takes its view after agents `0 .. i - 1` have moved in the
@@ -266,6 +270,14 @@ class TreasureHunt(AbstractMultiAgentEnvironment[TreasureHuntState]):
         `[0, 1]`."""
         shape = (self.num_frames, self.window, self.window, self.num_channels)
         return Box(0.0, 1.0, shape=shape)
+
+    @property
+    def global_state_space(self) -> Box:
+        """The whole grid, every cell in the observations' encoding:
+        `[height, width, num_channels]` in `[0, 1]` (agents all read as the agent
+        code; which one is where is in their observations). Every timestep carries it
+        as `extras["global_state"]`, for centralised critics and mixers."""
+        return Box(0.0, 1.0, shape=(self.height, self.width, self.num_channels))
 
     @property
     def action_space(self) -> Discrete:
@@ -444,7 +456,17 @@ class TreasureHunt(AbstractMultiAgentEnvironment[TreasureHuntState]):
             reward=reward,
             terminated=false,
             truncated=false,
+            extras={GLOBAL_STATE: self._encoded(state.grid)},
         )
+
+    def _encoded(self, codes: Int[Array, "*cells"]) -> Float[Array, "*cells channels"]:
+        """Entity codes in the environment's `encoding`."""
+        if self.encoding == "rgb":
+            table = np.asarray(_RGB, np.float32) / 255.0
+        else:
+            table = np.eye(_NUM_KINDS, dtype=np.float32)
+            table[EMPTY] = 0.0  # Sorrel encodes the empty cell as all zeros.
+        return jnp.asarray(table)[codes]
 
     def observation(
         self, state: TreasureHuntState
@@ -460,12 +482,7 @@ class TreasureHunt(AbstractMultiAgentEnvironment[TreasureHuntState]):
         float32 `[num_agents, num_frames, window, window, channels]`: every agent's
         last `num_frames` views, oldest first, in the environment's `encoding`.
         """
-        if self.encoding == "rgb":
-            table = np.asarray(_RGB, np.float32) / 255.0
-        else:
-            table = np.eye(_NUM_KINDS, dtype=np.float32)
-            table[EMPTY] = 0.0  # Sorrel encodes the empty cell as all zeros.
-        return jnp.asarray(table)[state.frames]
+        return self._encoded(state.frames)
 
     def render(
         self, state: TreasureHuntState, cell_pixels: int = 16
