@@ -111,5 +111,6 @@ def test_check_environment_refuses_a_global_state_that_disagrees(
 def test_independent_learners_do_not_carry_the_global_state():
     env = eqxrl.envs.make("TreasureHunt-v0")
     ppo = eqxrl.PPO(env=env, num_envs=2, num_steps=4, total_timesteps=16)
-    state = eqx.filter_eval_shape(eqxrl.multiagent.Independent(ppo).init, jax.random.key(0))
+    learners = eqxrl.multiagent.Independent(ppo)
+    state = eqx.filter_eval_shape(learners.init, jax.random.key(0))
     assert GLOBAL_STATE not in state.learners.timestep.extras

@@ -308,8 +308,7 @@ def global_state_space_of(env: AbstractEnvironment) -> Box | None:
 
     **Returns:**
 
-    Its [`global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space]
-    (a `Box`), or `None`.
+    Its `global_state_space` (a `Box`), or `None`.
 
     !!! example
 
