@@ -114,3 +114,41 @@ def test_independent_learners_do_not_carry_the_global_state():
     learners = eqxrl.multiagent.Independent(ppo)
     state = eqx.filter_eval_shape(learners.init, jax.random.key(0))
     assert GLOBAL_STATE not in state.learners.timestep.extras
+
+
+def _seen_in(view: np.ndarray, grid: np.ndarray) -> bool:
+    """Whether an agent's view (walls outside the map) is a window of `grid`."""
+    radius = view.shape[0] // 2
+    wall = grid[0, 0]
+    padded = np.pad(grid, ((radius, radius), (radius, radius), (0, 0)))
+    padded[:radius], padded[-radius:] = wall, wall
+    padded[:, :radius], padded[:, -radius:] = wall, wall
+    size = view.shape[0]
+    return any(
+        np.array_equal(padded[r : r + size, c : c + size], view)
+        for r in range(grid.shape[0])
+        for c in range(grid.shape[1])
+    )
+
+
+def test_auto_reset_renews_the_global_state_and_keeps_the_final_one():
+    env = eqxrl.envs.AutoReset(eqxrl.envs.TimeLimit(TreasureHunt(), 2))
+    state, timestep = env.reset(jax.random.key(0))
+    assert timestep.extras[eqxrl.envs.FINAL_GLOBAL_STATE].shape == (21, 21, 3)
+    actions = jnp.array([0, 1], jnp.int32)
+    state, first = env.step(state, actions, jax.random.key(1))
+    np.testing.assert_array_equal(
+        first.extras[GLOBAL_STATE], first.extras[eqxrl.envs.FINAL_GLOBAL_STATE]
+    )
+    state, second = env.step(state, actions, jax.random.key(2))  # truncated: reset
+    assert bool(second.truncated)
+    fresh = np.asarray(second.extras[GLOBAL_STATE])
+    final = np.asarray(second.extras[eqxrl.envs.FINAL_GLOBAL_STATE])
+    for agent in range(2):
+        # The fresh global state is the new episode's, the final one the last
+        # step's: each holds what the agents saw then.
+        assert _seen_in(np.asarray(second.observation[agent, -1]), fresh)
+        assert _seen_in(
+            np.asarray(second.extras["final_observation"][agent, -1]), final
+        )
+    assert not np.array_equal(fresh, final)

@@ -13,6 +13,7 @@ from ._checks import (
     skip_action_checks as skip_action_checks,
 )
 from ._environment import (
+    FINAL_GLOBAL_STATE as FINAL_GLOBAL_STATE,
     GLOBAL_STATE as GLOBAL_STATE,
     AbstractEnvironment as AbstractEnvironment,
     AbstractMultiAgentEnvironment as AbstractMultiAgentEnvironment,

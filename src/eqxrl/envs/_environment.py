@@ -15,6 +15,11 @@ GLOBAL_STATE = "global_state"
 """The `TimeStep.extras` key of a multi-agent environment's global state (see
 [`AbstractMultiAgentEnvironment.global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space])."""
 
+FINAL_GLOBAL_STATE = "final_global_state"
+"""The `TimeStep.extras` key where [`AutoReset`][eqxrl.envs.AutoReset] keeps the
+global state of the step that ended an episode (`extras["global_state"]` is then
+the new episode's), as it keeps `final_observation`."""
+
 
 class AbstractEnvironment(eqx.Module, Generic[StateT]):
     """A pure-JAX environment: one environment, pure functions, no auto-reset.

@@ -12,7 +12,12 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 from .._filters import any_in_vmapped_batch
 from .._random import split
 from ._checks import describe
-from ._environment import AbstractEnvironment, AbstractWrapper
+from ._environment import (
+    FINAL_GLOBAL_STATE,
+    GLOBAL_STATE,
+    AbstractEnvironment,
+    AbstractWrapper,
+)
 from ._spaces import Box
 from ._types import TimeStep
 
@@ -126,7 +131,11 @@ class AutoReset(AbstractWrapper):
     `terminated`, `truncated` and `extras` stay those of the final step. The
     pre-reset observation is kept in `extras["final_observation"]` (equal to
     `observation` on every other step), which is what a value function must see to
-    bootstrap through a truncation.
+    bootstrap through a truncation. A multi-agent environment's global state
+    (`extras["global_state"]`, see
+    [`global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space])
+    is part of what a reset renews, like the observation: it is the fresh episode's,
+    and the pre-reset one is kept in `extras["final_global_state"]`.
 
     The reset is lazy: it runs in a `lax.cond`, only on steps where the episode
     ended. Under `vmap` (environments, seeds, hyperparameters) the condition is
@@ -159,6 +168,8 @@ class AutoReset(AbstractWrapper):
         state, timestep = self.env.reset(key)
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
+        if GLOBAL_STATE in extras:
+            extras[FINAL_GLOBAL_STATE] = extras[GLOBAL_STATE]
         if self.on_truncation is not None:
             extras["at_truncation"] = self._nothing(timestep)
         return state, eqx.tree_at(lambda t: t.extras, timestep, extras)
@@ -172,7 +183,10 @@ class AutoReset(AbstractWrapper):
         step_key, reset_key = split(key)
         state, timestep = self.env.step(state, action, step_key)
         done = timestep.terminated | timestep.truncated
-        stepped = (state, timestep.observation, timestep.action_mask)
+        # What a reset renews (a global state, like the observation, is the new
+        # episode's: a centralised critic reads it beside the observations).
+        global_state = timestep.extras.get(GLOBAL_STATE)
+        stepped = (state, timestep.observation, timestep.action_mask, global_state)
         hook = self.on_truncation
         nothing = None if hook is None else self._nothing(timestep)
 
@@ -182,6 +196,7 @@ class AutoReset(AbstractWrapper):
                 reset_state,
                 reset_timestep.observation,
                 reset_timestep.action_mask,
+                reset_timestep.extras.get(GLOBAL_STATE),
             )
             restarted = jtu.tree_map(
                 lambda new, old: jnp.where(done, new, old), fresh, stepped
@@ -194,11 +209,16 @@ class AutoReset(AbstractWrapper):
             at_truncation = None if hook is None else self._at_truncation(timestep)
             return restarted, at_truncation
 
-        (next_state, observation, action_mask), at_truncation = lax.cond(
-            any_in_vmapped_batch(done), episode_ended, lambda: (stepped, nothing)
+        (next_state, observation, action_mask, next_global_state), at_truncation = (
+            lax.cond(
+                any_in_vmapped_batch(done), episode_ended, lambda: (stepped, nothing)
+            )
         )
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
+        if global_state is not None:
+            extras[GLOBAL_STATE] = next_global_state
+            extras[FINAL_GLOBAL_STATE] = global_state
         if hook is not None:
             extras["at_truncation"] = at_truncation
         timestep = TimeStep(

@@ -9,7 +9,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from ..envs import GLOBAL_STATE, AbstractEnvironment, AbstractSpace, Box, TimeStep
+from ..envs import (
+    FINAL_GLOBAL_STATE,
+    GLOBAL_STATE,
+    AbstractEnvironment,
+    AbstractSpace,
+    Box,
+    TimeStep,
+)
 
 # The extras that belong to one agent (they mirror per-agent fields: AutoReset's
 # final observation, the final action mask kept by the Q-learners, EpisodeStatistics'
@@ -57,11 +64,13 @@ def agent_major(timestep: TimeStep, num_agents: int) -> TimeStep:
 
 
 def without_global_state(timestep: TimeStep) -> TimeStep:
-    """`timestep` without its `extras["global_state"]` (for learners that do not
-    read it, so that they do not carry it)."""
-    if GLOBAL_STATE not in timestep.extras:
+    """`timestep` without its global state (`extras["global_state"]`, and
+    `AutoReset`'s `"final_global_state"`), for learners that do not read it, so
+    that they do not carry it."""
+    dropped = (GLOBAL_STATE, FINAL_GLOBAL_STATE)
+    if not any(key in timestep.extras for key in dropped):
         return timestep
-    extras = {k: v for k, v in timestep.extras.items() if k != GLOBAL_STATE}
+    extras = {k: v for k, v in timestep.extras.items() if k not in dropped}
     return _replace(timestep, extras=extras)
 
 
