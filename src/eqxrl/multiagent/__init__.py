@@ -5,6 +5,11 @@ from ._independent import (
     Independent as Independent,
     IndependentState as IndependentState,
 )
+from ._mappo import (
+    MAPPO as MAPPO,
+    CentralisedCriticView as CentralisedCriticView,
+    DecentralisedPolicy as DecentralisedPolicy,
+)
 from ._policy import (
     IndependentPolicy as IndependentPolicy,
     SharedPolicy as SharedPolicy,

@@ -52,7 +52,7 @@ def agent_major(timestep: TimeStep, num_agents: int) -> TimeStep:
             timestep.extras.items(), _per_agent_fields(timestep).values()
         )
     }
-    return _replace(
+    return replace_fields(
         timestep,
         observation=jax.tree.map(agents_first, timestep.observation),
         reward=agents_first(timestep.reward),
@@ -71,10 +71,10 @@ def without_global_state(timestep: TimeStep) -> TimeStep:
     if not any(key in timestep.extras for key in dropped):
         return timestep
     extras = {k: v for k, v in timestep.extras.items() if k not in dropped}
-    return _replace(timestep, extras=extras)
+    return replace_fields(timestep, extras=extras)
 
 
-def _replace(timestep: TimeStep, **fields: Any) -> TimeStep:
+def replace_fields(timestep: TimeStep, **fields: Any) -> TimeStep:
     """`timestep` with new fields, without `TimeStep.__init__` (whose shape checks
     are for one example; these are batches)."""
     names = tuple(fields)
@@ -117,6 +117,25 @@ def flat_with_agent_index(timestep: TimeStep, num_agents: int) -> TimeStep:
     `num_envs * num_agents` (world-major: agent `a` of world `n` at `n *
     num_agents + a`), each observation flattened with the one-hot agent index
     appended (also `final_observation`)."""
+    extras = dict(timestep.extras)
+    if "final_observation" in extras:
+        extras["final_observation"] = _all_with_agent_index(
+            extras["final_observation"], num_agents
+        )
+    timestep = replace_fields(
+        timestep,
+        observation=_all_with_agent_index(timestep.observation, num_agents),
+        extras=extras,
+    )
+    return world_major_columns(timestep, num_agents)
+
+
+def world_major_columns(timestep: TimeStep, num_agents: int) -> TimeStep:
+    """A batch of multi-agent timesteps as one single-agent batch of
+    `num_envs * num_agents` columns, world-major (agent `a` of world `n` at `n *
+    num_agents + a`): per-agent leaves `[num_envs, num_agents, ...]` merged, world
+    leaves repeated for every agent. The observation (already one column per
+    agent, `[num_envs, num_agents, ...]` leaves) is merged as it is."""
 
     def flat(x: Array) -> Array:
         return x.reshape(-1, *x.shape[2:])
@@ -124,17 +143,13 @@ def flat_with_agent_index(timestep: TimeStep, num_agents: int) -> TimeStep:
     def repeated(x: Array) -> Array:
         return jnp.repeat(x, num_agents, axis=0)
 
-    extras = {}
-    for key, value in timestep.extras.items():
-        if key == "final_observation":
-            extras[key] = _all_with_agent_index(value, num_agents)
-        elif key in PER_AGENT_EXTRAS:
-            extras[key] = jax.tree.map(flat, value)
-        else:
-            extras[key] = jax.tree.map(repeated, value)
-    return _replace(
+    extras = {
+        key: jax.tree.map(flat if key in PER_AGENT_EXTRAS else repeated, value)
+        for key, value in timestep.extras.items()
+    }
+    return replace_fields(
         timestep,
-        observation=_all_with_agent_index(timestep.observation, num_agents),
+        observation=jax.tree.map(flat, timestep.observation),
         reward=flat(timestep.reward),
         terminated=repeated(timestep.terminated),
         truncated=repeated(timestep.truncated),

@@ -252,6 +252,14 @@ class Independent(AbstractAlgorithm[IndependentState]):
         view = SharedObservations(self.env, self.num_agents)
         return eqx.tree_at(lambda a: a.env, self.algorithm, view)
 
+    def _agent_inputs(self, timestep: TimeStep) -> PyTree[Array]:
+        """What every agent's network reads of one world's timestep (`[num_agents,
+        ...]` leaves): its observation, flattened with its one-hot index when the
+        agents share a network."""
+        if self.share_parameters:
+            return every_agent_with_index(timestep.observation, self.num_agents)
+        return timestep.observation
+
     def _views(self, timestep: TimeStep) -> TimeStep:
         """The learners' views of a batch of world timesteps (without the global
         state, which independent learners do not read)."""
@@ -568,11 +576,11 @@ class Independent(AbstractAlgorithm[IndependentState]):
                 # Each agent's value of its own final observation, for one world
                 # whose episode was truncated (PPO's bootstrap), read with the
                 # agent's carry (recurrent networks).
+                views = self._agent_inputs(final)
                 if shared:
-                    views = every_agent_with_index(final.observation, num_agents)
                     return jax.vmap(models.step_value)(world_carry, views)
                 return eqx.filter_vmap(lambda m, c, o: m.step_value(c, o))(
-                    models, world_carry, final.observation
+                    models, world_carry, views
                 )
 
             env = AutoReset(

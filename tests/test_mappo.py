@@ -1,0 +1,252 @@
+"""MAPPO: a centralised critic (global state, concatenated observations, or
+agent-specific state), shared or per-agent parameters, recurrent networks, the
+world-major layout as a trace-time error, and decentralised policies."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqxrl
+from eqxrl.envs import GLOBAL_STATE, TimeLimit, TreasureHunt
+from eqxrl.multiagent import MAPPO, DecentralisedPolicy
+from eqxrl.nn import ActorCriticCarry, GRUActorCritic
+
+# optax.adam computes `b1 ** count` with an int32 count.
+STANDARD_DTYPE_PROMOTION = True
+
+# A small world whose episodes are truncated every 4 steps: inside each 8-step
+# rollout and at the start of the second.
+WORLD = TimeLimit(
+    TreasureHunt(
+        height=7, width=7, vision_radius=1, num_frames=2, spawn_probability=0.05
+    ),
+    4,
+)
+SMALL = dict(num_envs=2, num_steps=8, total_timesteps=2 * 8 * 2, num_minibatches=2)
+
+
+def mappo(share_parameters=True, critic_input="global_state", env=WORLD, **options):
+    ppo = eqxrl.PPO(env=env, **{**SMALL, **options})
+    return MAPPO(ppo, share_parameters=share_parameters, critic_input=critic_input)
+
+
+def parameters(tree) -> list[np.ndarray]:
+    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
+
+
+def world_timesteps(algorithm, key=jr.key(1)):
+    """A world-major batch of `num_envs` reset timesteps of the environment."""
+    keys = jr.split(key, algorithm.num_envs)
+    return jax.vmap(algorithm.algorithm.training_env.reset)(keys)[1]
+
+
+# --------------------------------------------------------------------------------------
+# The critic's input
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("critic_input", "shape"),
+    [
+        ("global_state", (7, 7, 3)),
+        ("concatenated", (2 * 2 * 3 * 3 * 3,)),  # agents x frames x 3 x 3 x RGB
+        ("agent_specific", (7 * 7 * 3 + 2,)),
+    ],
+)
+def test_the_critic_reads_its_input_by_name(critic_input, shape):
+    algorithm = mappo(critic_input=critic_input)
+    space = algorithm.view.observation_space
+    assert space.spaces["critic"].shape == shape
+    timestep = world_timesteps(algorithm)
+    inputs = jax.vmap(algorithm.view.agent_inputs)(timestep)
+    critic = np.asarray(inputs["critic"])  # [num_envs, num_agents, *shape]
+    assert critic.shape == (2, 2, *shape)
+    global_state = np.asarray(timestep.extras[GLOBAL_STATE])
+    if critic_input == "global_state":
+        np.testing.assert_array_equal(critic[:, 0], global_state)
+        np.testing.assert_array_equal(critic[:, 1], global_state)
+    elif critic_input == "concatenated":
+        joint = np.asarray(timestep.observation).reshape(2, -1)
+        np.testing.assert_array_equal(critic[:, 0], joint)
+        np.testing.assert_array_equal(critic[:, 1], joint)
+    else:
+        flat = global_state.reshape(2, -1)
+        np.testing.assert_array_equal(critic[:, 1, :-2], flat)
+        np.testing.assert_array_equal(critic[:, 0, -2:], [[1, 0], [1, 0]])
+        np.testing.assert_array_equal(critic[:, 1, -2:], [[0, 1], [0, 1]])
+
+
+@pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
+def test_the_critic_sees_the_global_state_and_the_policy_does_not(share_parameters):
+    algorithm = mappo(share_parameters=share_parameters)
+    state = algorithm.init(jr.key(0))
+    timestep = world_timesteps(algorithm)
+    values = algorithm.values(state, timestep)
+    assert values.shape == (2, 2)
+    other = eqx.tree_at(
+        lambda t: t.extras[GLOBAL_STATE],
+        timestep,
+        1.0 - timestep.extras[GLOBAL_STATE],
+    )
+    changed = algorithm.values(state, other)
+    assert np.abs(np.asarray(changed) - np.asarray(values)).min() > 1e-6
+    # Acting reads the agents' own observations only: one action per agent.
+    policy = algorithm.policy(state, deterministic=True)
+    assert isinstance(policy, DecentralisedPolicy)
+    actions = policy(timestep.observation[0], jr.key(2), timestep.action_mask)
+    assert actions.shape == (2,)
+    alone = algorithm.policy(state, deterministic=True, agent=1)
+    action = alone(timestep.observation[0, 1], jr.key(3))
+    assert action.shape == ()
+
+
+def test_a_batch_in_the_wrong_layout_is_a_trace_time_error_naming_both_shapes():
+    # JaxMARL #169: a critic batch built agent-major where world-major was meant.
+    algorithm = mappo(num_envs=4, num_minibatches=2)
+    state = algorithm.init(jr.key(0))
+    timestep = world_timesteps(algorithm)
+    swapped = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), timestep.observation)
+    wrong = eqx.tree_at(lambda t: t.observation, timestep, swapped)
+    with pytest.raises(ValueError) as error:
+        jax.eval_shape(algorithm.values, state, wrong)
+    message = str(error.value)
+    assert "(2, 4, 2, 3, 3, 3)" in message  # what was given: [agents, envs, ...]
+    assert "(4, 2, 2, 3, 3, 3)" in message  # what the critic reads: [envs, agents]
+    assert "num_envs=4, num_agents=2" in message
+
+
+# --------------------------------------------------------------------------------------
+# Sharing
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_unshared_agents_differ_and_shared_ones_are_one_copy():
+    own_state, _ = mappo(share_parameters=False).train(jr.key(0))
+    model = own_state.learners.model
+    for leaf in parameters(model):
+        assert leaf.shape[0] == 2  # one network per agent, on the agent axis
+        assert np.abs(leaf[0] - leaf[1]).max() > 0
+    for leaf in parameters(own_state.learners.optimizer_state):
+        if leaf.ndim and leaf.size > 2:
+            assert leaf.shape[0] == 2
+            assert np.abs(leaf[0] - leaf[1]).max() > 0
+
+    shared_state, _ = mappo(share_parameters=True).train(jr.key(0))
+    shared = shared_state.learners.model
+    # One copy: the network's own shapes, no agent axis.
+    expected = algorithm_network_shapes(mappo(share_parameters=True))
+    assert [leaf.shape for leaf in parameters(shared)] == expected
+
+
+def algorithm_network_shapes(algorithm):
+    network = eqx.filter_eval_shape(algorithm.learner.make_network, jr.key(0))
+    is_shape = lambda x: isinstance(x, jax.ShapeDtypeStruct)  # noqa: E731
+    return [leaf.shape for leaf in jax.tree.leaves(eqx.filter(network, is_shape))]
+
+
+# --------------------------------------------------------------------------------------
+# Recurrent MAPPO
+# --------------------------------------------------------------------------------------
+
+
+def sharp_gru(env, key, **options):
+    """A small GRU whose actor outputs are 30 times their initial scale, so that
+    a log-probability replayed with another carry than the rollout's differs by
+    far more than float rounding."""
+    network = GRUActorCritic.from_env(
+        env, key, hidden_size=8, encoder_sizes=(16,), head_sizes=(16,), **options
+    )
+    last = network.actor[-1]
+    return eqx.tree_at(lambda n: n.actor[-1].weight, network, 30.0 * last.weight)
+
+
+@pytest.mark.slow
+@pytest.mark.compile_bound
+@pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
+def test_recurrent_mappo_replays_its_rollout_exactly(share_parameters):
+    """Two members of one program: a frozen policy (learning rate 0, ratios
+    clipped at 1 +- 1e-4) whose replayed log-probabilities must be the rollout's
+    (its actor's carries reset where episodes end), and a learning one."""
+    sweep = dict(
+        learning_rate=jnp.array([0.0, 1e-3], jnp.float32),
+        clip_eps=jnp.array([1e-4, 0.2], jnp.float32),
+    )
+
+    def train(options):
+        algorithm = mappo(
+            share_parameters=share_parameters, network_factory=sharp_gru, **options
+        )
+        return algorithm.train(jr.key(0))
+
+    states, metrics = eqx.filter_vmap(train)(sweep)
+    assert np.all(np.asarray(metrics["clip_fraction"][0]) == 0.0)
+    assert np.all(np.abs(np.asarray(metrics["approx_kl"][0])) < 1e-7)
+    assert (np.asarray(metrics["episode_count"]) > 0).all()  # truncations inside
+    for name in ("total_loss", "value_loss", "entropy"):
+        assert np.isfinite(np.asarray(metrics[name][1])).all(), name
+    carry = states.learners.carry
+    # The critic has a cell of its own (it reads the global state).
+    assert isinstance(carry, ActorCriticCarry)
+    assert carry.critic is not None
+
+
+# --------------------------------------------------------------------------------------
+# Refusals
+# --------------------------------------------------------------------------------------
+
+
+class Pair(eqxrl.envs.AbstractMultiAgentEnvironment):
+    """Two agents, no global state."""
+
+    num_agents: int = eqx.field(static=True, default=2)
+
+    def reset(self, key):
+        timestep = eqxrl.envs.TimeStep(
+            observation=jnp.zeros((2, 3)),
+            reward=jnp.zeros(2),
+            terminated=jnp.bool_(False),
+            truncated=jnp.bool_(False),
+        )
+        return jnp.int32(0), timestep
+
+    def step(self, state, action, key):
+        return self.reset(key)
+
+    @property
+    def observation_space(self):
+        return eqxrl.envs.Box(0.0, 1.0, shape=(3,))
+
+    @property
+    def action_space(self):
+        return eqxrl.envs.Discrete(2)
+
+
+def test_refusals_say_what_to_do():
+    with pytest.raises(ValueError, match="declares none") as error:
+        mappo(env=Pair(), critic_input="agent_specific")
+    assert "critic_input='concatenated'" in str(error.value)
+    algorithm = mappo(env=Pair(), critic_input="concatenated")
+    assert algorithm.view.observation_space.spaces["critic"].shape == (6,)
+    with pytest.raises(ValueError, match="must be one of"):
+        mappo(critic_input="world")
+    with pytest.raises(ValueError, match="must be an eqxrl.PPO"):
+        MAPPO(eqxrl.DQN(env=WORLD))
+
+
+def test_mappo_trains_on_treasure_hunt_and_the_team_return_moves():
+    """The scope statement: MAPPO runs on TreasureHunt-v0, and its team return
+    moves (the learning bars are in benchmarks/multiagent.py)."""
+    env = eqxrl.envs.make("TreasureHunt-v0", preset="mp")
+    algorithm = MAPPO(
+        eqxrl.PPO(env=env, num_envs=8, num_steps=50, total_timesteps=8 * 50 * 12),
+        share_parameters=True,
+    )
+    _, metrics = algorithm.train(jr.key(0))
+    returns = np.asarray(metrics["total_episode_return"])
+    assert returns.shape == (12,)
+    assert np.isfinite(returns).all()
+    assert np.ptp(returns) > 0
