@@ -105,27 +105,19 @@ def every_agent_with_index(
     )
 
 
-def _all_with_agent_index(
-    observations: Float[Array, "num_envs num_agents ..."], num_agents: int
-) -> Float[Array, "num_envs_agents features"]:
-    augmented = jax.vmap(lambda o: every_agent_with_index(o, num_agents))(observations)
-    return augmented.reshape(-1, augmented.shape[-1])
-
-
 def flat_with_agent_index(timestep: TimeStep, num_agents: int) -> TimeStep:
     """A batch of multi-agent timesteps as one single-agent batch of
     `num_envs * num_agents` (world-major: agent `a` of world `n` at `n *
     num_agents + a`), each observation flattened with the one-hot agent index
     appended (also `final_observation`)."""
+    def with_index(observations: Array) -> Array:  # [num_envs, num_agents, ...]
+        return jax.vmap(lambda o: every_agent_with_index(o, num_agents))(observations)
+
     extras = dict(timestep.extras)
     if "final_observation" in extras:
-        extras["final_observation"] = _all_with_agent_index(
-            extras["final_observation"], num_agents
-        )
+        extras["final_observation"] = with_index(extras["final_observation"])
     timestep = replace_fields(
-        timestep,
-        observation=_all_with_agent_index(timestep.observation, num_agents),
-        extras=extras,
+        timestep, observation=with_index(timestep.observation), extras=extras
     )
     return world_major_columns(timestep, num_agents)
 
