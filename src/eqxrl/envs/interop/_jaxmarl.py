@@ -32,7 +32,7 @@ from jaxtyping import (
 )
 
 from .._checks import _SKIP_ACTION_CHECKS, check_action
-from .._environment import AbstractMultiAgentEnvironment
+from .._environment import GLOBAL_STATE, AbstractMultiAgentEnvironment
 from .._spaces import AbstractSpace, Box, Discrete
 from .._types import TimeStep
 from ._common import legacy_key, make_by_name, strongly_typed
@@ -45,9 +45,6 @@ _ALL = "__all__"
 # `TimeStep.extras`; observation entries of no agent may not take these names.
 _AGENT_DONES = "agent_dones"
 _INFO = "info"
-
-# Where the adapter puts the global state (`eqxrl.envs.GLOBAL_STATE`).
-_GLOBAL_STATE = "global_state"
 
 # The observation entry in which JaxMARL environments that have a world state (SMAX
 # and its heuristic- and learned-enemy variants) return it, for centralized critics;
@@ -461,7 +458,7 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
                 f"from_jaxmarl: {self._env_name}'s reset returns no observation for "
                 f"{_names(missing)}."
             )
-        reserved = {_AGENT_DONES, _INFO, _GLOBAL_STATE}
+        reserved = {_AGENT_DONES, _INFO, GLOBAL_STATE}
         taken = sorted(reserved & (set(observations) - set(env.agents)))
         if taken:
             raise ValueError(
@@ -650,7 +647,7 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         }
         extras[_AGENT_DONES] = agent_dones
         extras[_INFO] = info
-        extras[_GLOBAL_STATE] = self._global_state(observations)
+        extras[GLOBAL_STATE] = self._global_state(observations)
         return TimeStep(
             observation=self._observation(observations),
             reward=reward,
@@ -807,6 +804,7 @@ def from_jaxmarl(
     env: Any,
     *,
     time_limit: int | None | Literal["max_steps"] = "max_steps",
+    pad_agents: bool = True,
     **make_kwargs: Any,
 ) -> FromJaxMARL:
     """Use a [JaxMARL](https://github.com/FLAIROx/JaxMARL) environment (MPE, SMAX,
@@ -857,4 +855,4 @@ def from_jaxmarl(
     """
     jaxmarl = _jaxmarl()
     env = make_by_name("from_jaxmarl", "JaxMARL", jaxmarl.make, env, make_kwargs)
-    return FromJaxMARL(env, time_limit=time_limit)
+    return FromJaxMARL(env, time_limit=time_limit, pad_agents=pad_agents)
