@@ -273,8 +273,18 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
     - **Observations**: `observations[agent]` stacked, `[num_agents, *shape]`,
       float32 for a `Box` space (integer grids such as Overcooked's are cast), int32
       for a `Discrete` one. Entries of JaxMARL's observation dict that belong to no
-      agent (SMAX's `world_state`, for a centralized critic) go to
-      `timestep.extras` under their name.
+      agent go to `timestep.extras` under their name, except SMAX's `world_state`,
+      which is the global state (below).
+    - **Global state**: `timestep.extras["global_state"]`
+      ([`GLOBAL_STATE`][eqxrl.envs.GLOBAL_STATE]), float32, flat, with no agent
+      axis, described by `global_state_space`: JaxMARL's own world state where the
+      environment returns one (the `world_state` observation entry of SMAX,
+      `HeuristicEnemySMAX` and `LearnedPolicyEnemySMAX`, which JaxMARL's MAPPO
+      baseline gives its critic: 72 numbers for SMAX's `3m`, unbounded), else the
+      agents' observations flattened and concatenated in the agents' order, one
+      copy (as JaxMARL's MAPPO `MPEWorldStateWrapper` builds it, without the
+      padding below: 3 x 18 = 54 numbers for `MPE_simple_spread_v3`), bounded by
+      the observations' bounds.
     - **Actions**: one per agent, `[num_agents]` int32 for `Discrete`,
       `[num_agents, *shape]` float32 for `Box` (MPE's continuous actions), passed
       to JaxMARL as `{agent: action[i]}`.
@@ -283,7 +293,9 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
     - **Action masks**: where the environment implements `get_avail_actions` (SMAX)
       or `get_legal_moves` (Hanabi), its masks of the new state, stacked, are
       `timestep.action_mask` (bool `[num_agents, num_actions]`, `True` where an
-      action is available); otherwise `None`.
+      action is available), with every agent's padding actions (below) `False`; a
+      mask of padding actions alone where agents' action counts differ; otherwise
+      `None`.
     - **Per-agent dones**: `dones[agent]` stacked, bool `[num_agents]`, in
       `timestep.extras["agent_dones"]` (all `False` after `reset`). An agent may be
       done before the episode ends (a dead SMAX unit); the episode's own end is
@@ -298,12 +310,35 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
       leaf is zero: the structure comes from tracing one `step_env` abstractly
       (`jax.eval_shape`, which runs nothing), so `reset` and `step` return the same
       pytree, as a `lax.scan` and [`AutoReset`][eqxrl.envs.AutoReset] need.
-    - **Spaces** describe one agent and must be the same for every agent: a
-      `ValueError` names the agents that differ otherwise. `Discrete` and `Box`
-      spaces convert (a `Box` to a float32 [`Box`][eqxrl.envs.Box] with JaxMARL's
-      bounds, on the shape of the observations the environment really returns:
-      Overcooked declares its height and width the other way round); other spaces
-      (`MultiDiscrete`, `Dict`, `Tuple`) are refused by name.
+    - **Spaces** describe one agent. `Discrete` and `Box` spaces convert (a `Box`
+      to a float32 [`Box`][eqxrl.envs.Box] with JaxMARL's bounds, on the shape of
+      the observations the environment really returns: Overcooked declares its
+      height and width the other way round); other spaces (`MultiDiscrete`,
+      `Dict`, `Tuple`) are refused by name.
+    - **Agents that differ are padded** to the largest (`pad_agents=True`, the
+      default), so that they stack on one axis, as JaxMARL's `CTRolloutManager`
+      pads them:
+        - `Box` observations of different shapes are flattened and padded with
+          **zeros** to the largest size (`MPE_simple_adversary_v3`: the
+          adversary's 8 entries, then 2 zeros, beside the good agents' 10); agents
+          whose observations have one shape keep it;
+        - `Discrete` actions of different counts become `Discrete` of the largest
+          count, and an agent's padding actions (from its own count on) are
+          `False` in its action mask (`MPE_simple_speaker_listener_v4`: the
+          speaker's 3 of the listener's 5). Choosing one is refused as an
+          out-of-range action is ([`check_action`][eqxrl.envs.check_action]): a
+          `ValueError` at once, an `eqx.error_if` error in compiled code, unchecked
+          inside [`skip_action_checks`][eqxrl.envs.skip_action_checks] (JaxMARL
+          then gets the number as it is);
+        - `Box` actions of different shapes become a flat `Box` of the largest
+          size; each agent reads the first entries, shaped as its own space, and
+          the rest is dropped;
+        - the converted space holds every agent's: its bounds are the smallest that
+          hold every agent's bounds (and the padding zeros), `Discrete`
+          observations take the largest count;
+        - a mix of `Discrete` and `Box` spaces among the agents cannot be padded:
+          a `ValueError` names the agents and their spaces. With
+          `pad_agents=False` every difference is refused that way.
 
     **Episode ends.** `reset(key)` calls JaxMARL's `reset`, and `step(state, action,
     key)` its `step_env`, which does not auto-reset (JaxMARL's `step` does):
@@ -337,6 +372,8 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
       int; `None` makes every ending a termination (as JaxMARL's baselines treat
       them); `"max_steps"` (the default) takes the environment's `max_steps` if it
       has one, else `None`.
+    - `pad_agents`: whether agents whose spaces differ are padded to the largest
+      (above), a Python bool; `False` refuses them.
     """
 
     jaxmarl_env: Any = eqx.field(static=True)
@@ -815,8 +852,12 @@ def from_jaxmarl(
     `get_avail_actions` (or Hanabi's `get_legal_moves`) becomes
     `TimeStep.action_mask`; an episode that ends (`dones["__all__"]`) after at least
     `time_limit` steps (the environment's `max_steps`) is truncated, earlier it is
-    terminated; the per-agent dones are `extras["agent_dones"]` and JaxMARL's infos
-    `extras["info"]`. The agents must share their spaces. See
+    terminated; the per-agent dones are `extras["agent_dones"]`, JaxMARL's infos
+    `extras["info"]`, and a global state for centralized critics
+    `extras["global_state"]` (JaxMARL's world state where it has one, SMAX's, else
+    the agents' observations concatenated; its space is `env.global_state_space`).
+    Agents whose spaces differ are padded to the largest: observations with zeros,
+    `Discrete` actions with padding actions the action mask marks invalid. See
     [`FromJaxMARL`][eqxrl.envs.FromJaxMARL] for every rule and
     [multi-agent environments][multi-agent] for the conventions.
 
@@ -827,6 +868,8 @@ def from_jaxmarl(
       **make_kwargs)`.
     - `time_limit`: the step count from which an ending is a truncation (see
       `FromJaxMARL`); by default the environment's `max_steps`.
+    - `pad_agents`: pad agents whose spaces differ to the largest (the default),
+      or refuse them (`False`); see `FromJaxMARL`.
     - `make_kwargs`: keyword arguments of the environment's constructor (e.g.
       `max_steps=50`, or SMAX's `scenario`), only with a name.
 
@@ -836,9 +879,10 @@ def from_jaxmarl(
 
     **Raises:**
 
-    `ValueError` naming the agents whose spaces differ, or the space eqxrl cannot
-    convert (`MultiDiscrete`, `Dict`, `Tuple`); `ImportError` without jaxmarl
-    installed.
+    `ValueError` naming the agents whose spaces differ where they cannot be padded
+    (one `Discrete`, another `Box`; any difference with `pad_agents=False`), or the
+    space eqxrl cannot convert (`MultiDiscrete`, `Dict`, `Tuple`); `ImportError`
+    without jaxmarl installed.
 
     !!! example
 
@@ -851,6 +895,9 @@ def from_jaxmarl(
         state, timestep = env.step(state, actions, jax.random.key(1))
         timestep.reward.shape  # (3,)
         timestep.extras["agent_dones"]  # [False, False, False]
+        timestep.extras["global_state"].shape  # (54,): the 3 observations
+        adversary = eqxrl.envs.from_jaxmarl("MPE_simple_adversary_v3")
+        adversary.observation_space.shape  # (10,): adversary_0's 8, zero-padded
         ```
     """
     jaxmarl = _jaxmarl()
