@@ -32,6 +32,7 @@ from jaxmarl.environments.spaces import (
 from jaxmarl.wrappers.baselines import LogWrapper  # noqa: E402
 
 from eqxrl.envs import (  # noqa: E402
+    GLOBAL_STATE,
     AutoReset,
     Box,
     Discrete,
@@ -40,7 +41,9 @@ from eqxrl.envs import (  # noqa: E402
     FromJaxMARLState,
     check_environment,
     from_jaxmarl,
+    global_state_space_of,
     num_agents_of,
+    skip_action_checks,
 )
 
 
@@ -100,9 +103,11 @@ class Relay(MultiAgentEnv):
         return self.get_obs(state), state, rewards, dones, infos
 
     def get_avail_actions(self, state):
+        extra = self.action_spaces["agent_1"].n - 3
+        agent_1 = jnp.stack([1, 1, state.step < 1, *[1] * extra])
         return {
             "agent_0": jnp.ones(3, jnp.uint8),
-            "agent_1": jnp.stack([1, 1, state.step < 1]).astype(jnp.uint8),
+            "agent_1": agent_1.astype(jnp.uint8),
         }
 
 
@@ -126,7 +131,7 @@ def test_mpe_simple_spread_spaces_and_contract():
     assert timestep.reward.shape == (3,) and timestep.reward.dtype == jnp.float32
     assert timestep.terminated.shape == () and timestep.truncated.shape == ()
     assert timestep.action_mask is None  # MPE has no available actions
-    assert set(timestep.extras) == {"agent_dones", "info"}
+    assert set(timestep.extras) == {"agent_dones", "info", GLOBAL_STATE}
     assert timestep.extras["info"] == {}  # MPE's infos are empty
     np.testing.assert_array_equal(timestep.extras["agent_dones"], [False] * 3)
 
@@ -295,7 +300,6 @@ def test_smax_available_actions_are_masks():
         expected = np.stack([np.asarray(avail[a]) != 0 for a in jaxmarl_env.agents])
         np.testing.assert_array_equal(timestep.action_mask, expected)
         assert timestep.action_mask.shape == (6, 8)
-        assert timestep.extras["world_state"].ndim == 1  # SMAX's global state
         actions = jnp.argmax(timestep.action_mask, axis=1).astype(jnp.int32)
         state, timestep = env.step(state, actions, jr.key(t))
 
@@ -351,24 +355,229 @@ def test_random_policy_rollout():
 
 
 # --------------------------------------------------------------------------------------
-# Refusals
+# Global state
 
 
-def test_differing_spaces_name_the_agents():
+def test_mpe_global_state_is_the_agents_observations_concatenated():
+    """Without a world state of its own (MPE), the global state is the agents'
+    observations concatenated in their order, one copy, at reset and after a step,
+    unjitted and under `vmap` and `jit`."""
+    jaxmarl_env = jaxmarl.make("MPE_simple_spread_v3")
+    env = from_jaxmarl(jaxmarl_env)
+    check_environment(env)
+    assert env.global_state_space == Box(-np.inf, np.inf, (54,))
+    assert global_state_space_of(AutoReset(env)) == env.global_state_space
+    agents = jaxmarl_env.agents
+
+    def concatenated(observations):
+        return np.concatenate([np.asarray(observations[agent]) for agent in agents])
+
+    state, timestep = env.reset(jr.key(0))
+    with jaxmarl_rules():
+        observations, _ = jaxmarl_env.reset(jr.key_data(jr.key(0)))
+    global_state = timestep.extras[GLOBAL_STATE]
+    assert global_state.shape == (54,) and global_state.dtype == jnp.float32
+    np.testing.assert_array_equal(global_state, concatenated(observations))
+    np.testing.assert_array_equal(global_state, timestep.observation.reshape(-1))
+    actions = jnp.array([1, 2, 4], jnp.int32)
+    step_key, _ = jr.split(jr.key_data(jr.key(1)))
+    as_dict = {agent: actions[i] for i, agent in enumerate(agents)}
+    with jaxmarl_rules():
+        observations, *_ = jaxmarl_env.step_env(step_key, state.env_state, as_dict)
+    state, timestep = env.step(state, actions, jr.key(1))
+    np.testing.assert_array_equal(
+        timestep.extras[GLOBAL_STATE], concatenated(observations)
+    )
+
+    @eqx.filter_jit
+    def reset_and_step(keys):
+        states, timesteps = jax.vmap(env.reset)(keys)
+        actions = jnp.zeros((len(keys), 3), jnp.int32)
+        return timesteps, jax.vmap(env.step)(states, actions, keys)[1]
+
+    for timesteps in reset_and_step(jr.split(jr.key(2), 4)):
+        global_state = timesteps.extras[GLOBAL_STATE]
+        assert global_state.shape == (4, 54)
+        np.testing.assert_array_equal(
+            global_state, timesteps.observation.reshape(4, 54)
+        )
+
+
+def test_smax_global_state_is_jaxmarl_world_state():
+    """SMAX's own world state (every unit's features and teams, what JaxMARL's
+    MAPPO baseline gives its critic) is the global state, instead of an extras
+    entry of its own."""
+    jaxmarl_env = jaxmarl.make("SMAX", scenario=map_name_to_scenario("3m"))
+    env = from_jaxmarl(jaxmarl_env)
+    check_environment(env)
+    assert env.global_state_space == Box(-np.inf, np.inf, (72,))
+    state, timestep = env.reset(jr.key(0))  # unjitted: JaxMARL's compiled calls
+    assert "world_state" not in timestep.extras
+    for t in range(3):
+        with jaxmarl_rules():
+            world_state = jaxmarl_env.get_world_state(state.env_state)
+        assert timestep.extras[GLOBAL_STATE].dtype == jnp.float32
+        np.testing.assert_array_equal(timestep.extras[GLOBAL_STATE], world_state)
+        actions = jnp.argmax(timestep.action_mask, axis=1).astype(jnp.int32)
+        state, timestep = env.step(state, actions, jr.key(t))
+
+
+# --------------------------------------------------------------------------------------
+# Agents that differ: padded
+
+
+def test_differing_observations_are_zero_padded():
+    """MPE simple adversary: the adversary's 8 observation entries are padded with
+    zeros to the good agents' 10; the global state concatenates the unpadded
+    observations."""
+    jaxmarl_env = jaxmarl.make("MPE_simple_adversary_v3")
+    env = from_jaxmarl(jaxmarl_env)
+    check_environment(env)
+    assert env.observation_space == Box(-np.inf, np.inf, (10,))
+    assert env.action_space == Discrete(5)
+    assert env.global_state_space.shape == (8 + 10 + 10,)
+    agents = jaxmarl_env.agents  # adversary_0, agent_0, agent_1
+
+    def check(timestep, observations):
+        observation = np.asarray(timestep.observation)
+        assert observation.shape == (3, 10)
+        np.testing.assert_array_equal(observation[0, :8], observations["adversary_0"])
+        np.testing.assert_array_equal(observation[0, 8:], 0.0)  # the padding
+        np.testing.assert_array_equal(observation[1], observations["agent_0"])
+        np.testing.assert_array_equal(observation[2], observations["agent_1"])
+        np.testing.assert_array_equal(
+            timestep.extras[GLOBAL_STATE],
+            np.concatenate([observations[agent] for agent in agents]),
+        )
+        assert timestep.action_mask is None  # every agent has Discrete(5)
+
+    state, timestep = env.reset(jr.key(0))
+    with jaxmarl_rules():
+        observations, _ = jaxmarl_env.reset(jr.key_data(jr.key(0)))
+    check(timestep, observations)
+    actions = jnp.array([1, 2, 3], jnp.int32)
+    step_key, _ = jr.split(jr.key_data(jr.key(1)))
+    as_dict = {agent: actions[i] for i, agent in enumerate(agents)}
+    with jaxmarl_rules():
+        observations, *_ = jaxmarl_env.step_env(step_key, state.env_state, as_dict)
+    state, timestep = env.step(state, actions, jr.key(1))
+    check(timestep, observations)
+
+    # Simple tag: the good agent's 14 entries padded to the adversaries' 16.
+    tag = from_jaxmarl("MPE_simple_tag_v3")
+    _, timestep = eqx.filter_jit(tag.reset)(jr.key(0))
+    assert timestep.observation.shape == (4, 16)
+    np.testing.assert_array_equal(timestep.observation[3, 14:], 0.0)
+    assert timestep.extras[GLOBAL_STATE].shape == (3 * 16 + 14,)
+
+
+def test_differing_action_counts_are_padded_and_masked():
+    """MPE speaker-listener: the speaker's Discrete(3) actions are padded to the
+    listener's Discrete(5), its padding actions masked off and refused."""
+    jaxmarl_env = jaxmarl.make("MPE_simple_speaker_listener_v4")
+    env = from_jaxmarl(jaxmarl_env)
+    check_environment(env)
+    assert env.action_space == Discrete(5)
+    assert env.observation_space.shape == (11,)  # the speaker's 3, padded
+    state, timestep = env.reset(jr.key(0))
+    want = [[True, True, True, False, False], [True] * 5]
+    np.testing.assert_array_equal(timestep.action_mask, want)
+    actions = jnp.array([2, 4], jnp.int32)
+    step_key, _ = jr.split(jr.key_data(jr.key(1)))
+    as_dict = {"speaker_0": actions[0], "listener_0": actions[1]}
+    with jaxmarl_rules():
+        observations, *_ = jaxmarl_env.step_env(step_key, state.env_state, as_dict)
+    _, timestep = env.step(state, actions, jr.key(1))
+    np.testing.assert_array_equal(
+        timestep.observation[0, :3], observations["speaker_0"]
+    )
+    np.testing.assert_array_equal(timestep.observation[1], observations["listener_0"])
+    np.testing.assert_array_equal(timestep.action_mask, want)
+
+    # A padding action is refused, at once or when the compiled step runs ...
+    with pytest.raises(ValueError, match=r"action 3 of speaker_0 .* padding action"):
+        env.step(state, jnp.array([3, 0], jnp.int32), jr.key(1))
+    with pytest.raises(eqx.EquinoxRuntimeError, match="one of its padding actions"):
+        eqx.filter_jit(env.step)(state, jnp.array([4, 0], jnp.int32), jr.key(1))
+    # ... unless the caller's actions are valid by construction (traced anew: a
+    # compiled step keeps the checks it was traced with).
+    with skip_action_checks():
+        step = eqx.filter_jit(lambda state, action, key: env.step(state, action, key))
+        step(state, jnp.array([4, 0], jnp.int32), jr.key(1))
+
+
+def test_padding_masks_combine_with_available_actions():
+    """The Relay's agent_1 with 4 actions (its third available only before the
+    first step) beside agent_0's 3: its availability and agent_0's padding action
+    both mask."""
+    env = from_jaxmarl(Relay(agent_1_actions=4))
+    assert env.action_space == Discrete(4)
+    state, timestep = env.reset(jr.key(0))
+    np.testing.assert_array_equal(
+        timestep.action_mask, [[True, True, True, False], [True] * 4]
+    )
+    state, timestep = env.step(state, jnp.array([0, 3], jnp.int32), jr.key(0))
+    np.testing.assert_array_equal(
+        timestep.action_mask, [[True, True, True, False], [True, True, False, True]]
+    )
+
+
+def test_differing_box_actions_are_padded():
+    """Continuous speaker-listener: the speaker's 3 action entries are the first 3
+    of a 5-entry Box; the rest is dropped."""
+    jaxmarl_env = jaxmarl.make(
+        "MPE_simple_speaker_listener_v4", action_type="Continuous"
+    )
+    env = from_jaxmarl(jaxmarl_env)
+    assert env.action_space == Box(0.0, 1.0, (5,))
+    state, _ = env.reset(jr.key(0))
+    actions = jnp.array([[0.2, 0.9, 0.1, 0.7, 0.7], [0.5, 0.1, 0.3, 0.8, 0.0]])
+    _, timestep = env.step(state, actions, jr.key(1))
+    step_key, _ = jr.split(jr.key_data(jr.key(1)))
+    as_dict = {"speaker_0": actions[0, :3], "listener_0": actions[1]}
+    with jaxmarl_rules():
+        observations, *_ = jaxmarl_env.step_env(step_key, state.env_state, as_dict)
+    np.testing.assert_array_equal(
+        timestep.observation[0, :3], observations["speaker_0"]
+    )
+    np.testing.assert_array_equal(timestep.observation[1], observations["listener_0"])
+
+
+class RelayWithBoxAction(Relay):
+    """A Relay whose agent_1 acts with a Box, beside agent_0's Discrete(3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_spaces["agent_1"] = JaxMARLBox(-1.0, 1.0, (2,))
+
+
+def test_differing_spaces_that_cannot_be_padded_are_refused():
     with pytest.raises(ValueError) as error:
-        from_jaxmarl("MPE_simple_adversary_v3")
+        from_jaxmarl(RelayWithBoxAction())
+    message = str(error.value)
+    assert "do not share one action space and cannot be padded" in message
+    assert "agent_0 has Discrete(3); agent_1 has Box(shape=(2,)" in message
+    assert "a mix of Discrete and Box spaces" in message
+    # pad_agents=False refuses every difference, naming the agents.
+    with pytest.raises(ValueError) as error:
+        from_jaxmarl("MPE_simple_adversary_v3", pad_agents=False)
     message = str(error.value)
     assert "do not share one observation space" in message
     assert "adversary_0 has Box(shape=(8,)" in message
     assert "agent_0 and agent_1 have Box(shape=(10,)" in message
+    assert "pad_agents=True pads" in message
     with pytest.raises(ValueError, match=r"adversary_0, adversary_1 and adversary_2"):
-        from_jaxmarl("MPE_simple_tag_v3")
+        from_jaxmarl("MPE_simple_tag_v3", pad_agents=False)
     with pytest.raises(
         ValueError,
         match=r"do not share one action space: agent_0 has Discrete\(3\); agent_1 "
         r"has Discrete\(4\)",
     ):
-        from_jaxmarl(Relay(agent_1_actions=4))
+        from_jaxmarl(Relay(agent_1_actions=4), pad_agents=False)
+
+
+# --------------------------------------------------------------------------------------
+# Refusals
 
 
 class RelayWithInfoObservation(Relay):

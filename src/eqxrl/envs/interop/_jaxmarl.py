@@ -6,6 +6,7 @@ environment is converted (install `eqxrl[jaxmarl]`).
 """
 
 import contextlib
+import math
 import numbers
 import sys
 import warnings
@@ -19,10 +20,19 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Int, PRNGKeyArray, PyTree, Shaped
+from jaxtyping import (
+    Array,
+    ArrayLike,
+    Bool,
+    Float,
+    Int,
+    PRNGKeyArray,
+    PyTree,
+    Shaped,
+)
 
-from .._checks import check_action
-from .._environment import AbstractMultiAgentEnvironment
+from .._checks import _SKIP_ACTION_CHECKS, check_action
+from .._environment import GLOBAL_STATE, AbstractMultiAgentEnvironment
 from .._spaces import AbstractSpace, Box, Discrete
 from .._types import TimeStep
 from ._common import legacy_key, make_by_name, strongly_typed
@@ -35,6 +45,11 @@ _ALL = "__all__"
 # `TimeStep.extras`; observation entries of no agent may not take these names.
 _AGENT_DONES = "agent_dones"
 _INFO = "info"
+
+# The observation entry in which JaxMARL environments that have a world state (SMAX
+# and its heuristic- and learned-enemy variants) return it, for centralized critics;
+# JaxMARL's MAPPO baselines and `CTRolloutManager` read it there.
+_WORLD_STATE = "world_state"
 
 
 def _jaxmarl() -> ModuleType:
@@ -120,8 +135,23 @@ def _names(agents: list[str]) -> str:
     return ", ".join(agents[:-1]) + " and " + agents[-1]
 
 
-def _box(space: Any, shape: tuple[int, ...], where: str) -> Box:
-    """A JaxMARL `Box` as a float32 eqxrl `Box` of `shape`."""
+def _groups_text(groups: list[tuple[list[str], str]]) -> str:
+    """`agent_0 has X; agent_1 and agent_2 have Y`, for messages."""
+    return "; ".join(
+        f"{_names(agents)} {'has' if len(agents) == 1 else 'have'} {text}"
+        for agents, text in groups
+    )
+
+
+def _bounds(
+    space: Any, shape: tuple[int, ...], where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A JaxMARL `Discrete` or `Box` space's bounds as float32 NumPy arrays of
+    `shape` (a `Discrete(n)` space's values lie in 0 to n - 1). NumPy, so that they
+    stay constants where a space is asked for inside a trace."""
+    if isinstance(space, _jaxmarl().environments.spaces.Discrete):
+        low = np.zeros(shape, np.float32)
+        return low, np.full(shape, int(space.n) - 1, np.float32)
     try:
         low = np.broadcast_to(np.asarray(space.low, np.float32), shape)
         high = np.broadcast_to(np.asarray(space.high, np.float32), shape)
@@ -131,7 +161,28 @@ def _box(space: Any, shape: tuple[int, ...], where: str) -> Box:
             f"{np.shape(space.low)} and {np.shape(space.high)}, which do not "
             f"broadcast to its values' shape {shape}."
         ) from None
-    return Box(low, high)
+    return low, high
+
+
+def _hull(
+    bounds: list[tuple[np.ndarray, np.ndarray]],
+    shape: tuple[int, ...],
+    padding: tuple[float, float],
+) -> Box:
+    """The smallest `Box` of `shape` holding every agent's bounds: the bounds as
+    they are where every agent's have `shape`, else flattened and padded to its
+    size with `padding`'s low and high."""
+    lows, highs = [], []
+    for low, high in bounds:
+        if low.shape != shape:
+            (size,) = shape
+            low = np.pad(low.ravel(), (0, size - low.size), constant_values=padding[0])
+            high = np.pad(
+                high.ravel(), (0, size - high.size), constant_values=padding[1]
+            )
+        lows.append(low)
+        highs.append(high)
+    return Box(np.min(lows, axis=0), np.max(highs, axis=0))
 
 
 def _is_value(x: Any) -> bool:
@@ -222,8 +273,18 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
     - **Observations**: `observations[agent]` stacked, `[num_agents, *shape]`,
       float32 for a `Box` space (integer grids such as Overcooked's are cast), int32
       for a `Discrete` one. Entries of JaxMARL's observation dict that belong to no
-      agent (SMAX's `world_state`, for a centralized critic) go to
-      `timestep.extras` under their name.
+      agent go to `timestep.extras` under their name, except SMAX's `world_state`,
+      which is the global state (below).
+    - **Global state**: `timestep.extras["global_state"]`
+      ([`GLOBAL_STATE`][eqxrl.envs.GLOBAL_STATE]), float32, flat, with no agent
+      axis, described by `global_state_space`: JaxMARL's own world state where the
+      environment returns one (the `world_state` observation entry of SMAX,
+      `HeuristicEnemySMAX` and `LearnedPolicyEnemySMAX`, which JaxMARL's MAPPO
+      baseline gives its critic: 72 numbers for SMAX's `3m`, unbounded), else the
+      agents' observations flattened and concatenated in the agents' order, one
+      copy (as JaxMARL's MAPPO `MPEWorldStateWrapper` builds it, without the
+      padding below: 3 x 18 = 54 numbers for `MPE_simple_spread_v3`), bounded by
+      the observations' bounds.
     - **Actions**: one per agent, `[num_agents]` int32 for `Discrete`,
       `[num_agents, *shape]` float32 for `Box` (MPE's continuous actions), passed
       to JaxMARL as `{agent: action[i]}`.
@@ -232,7 +293,9 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
     - **Action masks**: where the environment implements `get_avail_actions` (SMAX)
       or `get_legal_moves` (Hanabi), its masks of the new state, stacked, are
       `timestep.action_mask` (bool `[num_agents, num_actions]`, `True` where an
-      action is available); otherwise `None`.
+      action is available), with every agent's padding actions (below) `False`; a
+      mask of padding actions alone where agents' action counts differ; otherwise
+      `None`.
     - **Per-agent dones**: `dones[agent]` stacked, bool `[num_agents]`, in
       `timestep.extras["agent_dones"]` (all `False` after `reset`). An agent may be
       done before the episode ends (a dead SMAX unit); the episode's own end is
@@ -247,12 +310,35 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
       leaf is zero: the structure comes from tracing one `step_env` abstractly
       (`jax.eval_shape`, which runs nothing), so `reset` and `step` return the same
       pytree, as a `lax.scan` and [`AutoReset`][eqxrl.envs.AutoReset] need.
-    - **Spaces** describe one agent and must be the same for every agent: a
-      `ValueError` names the agents that differ otherwise. `Discrete` and `Box`
-      spaces convert (a `Box` to a float32 [`Box`][eqxrl.envs.Box] with JaxMARL's
-      bounds, on the shape of the observations the environment really returns:
-      Overcooked declares its height and width the other way round); other spaces
-      (`MultiDiscrete`, `Dict`, `Tuple`) are refused by name.
+    - **Spaces** describe one agent. `Discrete` and `Box` spaces convert (a `Box`
+      to a float32 [`Box`][eqxrl.envs.Box] with JaxMARL's bounds, on the shape of
+      the observations the environment really returns: Overcooked declares its
+      height and width the other way round); other spaces (`MultiDiscrete`,
+      `Dict`, `Tuple`) are refused by name.
+    - **Agents that differ are padded** to the largest (`pad_agents=True`, the
+      default), so that they stack on one axis, as JaxMARL's `CTRolloutManager`
+      pads them:
+        - `Box` observations of different shapes are flattened and padded with
+          **zeros** to the largest size (`MPE_simple_adversary_v3`: the
+          adversary's 8 entries, then 2 zeros, beside the good agents' 10); agents
+          whose observations have one shape keep it;
+        - `Discrete` actions of different counts become `Discrete` of the largest
+          count, and an agent's padding actions (from its own count on) are
+          `False` in its action mask (`MPE_simple_speaker_listener_v4`: the
+          speaker's 3 of the listener's 5). Choosing one is refused as an
+          out-of-range action is ([`check_action`][eqxrl.envs.check_action]): a
+          `ValueError` at once, an `eqx.error_if` error in compiled code, unchecked
+          inside [`skip_action_checks`][eqxrl.envs.skip_action_checks] (JaxMARL
+          then gets the number as it is);
+        - `Box` actions of different shapes become a flat `Box` of the largest
+          size; each agent reads the first entries, shaped as its own space, and
+          the rest is dropped;
+        - the converted space holds every agent's: its bounds are the smallest that
+          hold every agent's bounds (and the padding zeros), `Discrete`
+          observations take the largest count;
+        - a mix of `Discrete` and `Box` spaces among the agents cannot be padded:
+          a `ValueError` names the agents and their spaces. With
+          `pad_agents=False` every difference is refused that way.
 
     **Episode ends.** `reset(key)` calls JaxMARL's `reset`, and `step(state, action,
     key)` its `step_env`, which does not auto-reset (JaxMARL's `step` does):
@@ -286,16 +372,28 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
       int; `None` makes every ending a termination (as JaxMARL's baselines treat
       them); `"max_steps"` (the default) takes the environment's `max_steps` if it
       has one, else `None`.
+    - `pad_agents`: whether agents whose spaces differ are padded to the largest
+      (above), a Python bool; `False` refuses them.
     """
 
     jaxmarl_env: Any = eqx.field(static=True)
     time_limit: int | None = eqx.field(static=True)
+    pad_agents: bool = eqx.field(static=True)
+    # Each agent's observation shape as `reset` returns it, and the stacked
+    # observations' shape per agent: the common shape, or the largest size where the
+    # agents' shapes differ (flattened and zero-padded).
+    _agent_observation_shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
     _observation_shape: tuple[int, ...] = eqx.field(static=True)
+    # The global state's size, and whether it is JaxMARL's own world state (else the
+    # agents' observations, concatenated).
+    _global_state_size: int = eqx.field(static=True)
+    _has_world_state: bool = eqx.field(static=True)
 
     def __init__(
         self,
         jaxmarl_env: Any,
         time_limit: int | None | Literal["max_steps"] = "max_steps",
+        pad_agents: bool = True,
     ):
         jaxmarl = _jaxmarl()
         base = jaxmarl.environments.multi_agent_env.MultiAgentEnv
@@ -316,7 +414,13 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
             time_limit = int(max_steps) if is_count else None
         self.jaxmarl_env = jaxmarl_env
         self.time_limit = time_limit
-        self._observation_shape = self._check_spaces()
+        self.pad_agents = pad_agents
+        (
+            self._agent_observation_shapes,
+            self._observation_shape,
+            self._global_state_size,
+            self._has_world_state,
+        ) = self._check_spaces()
 
     def __check_init__(self):
         limit = self.time_limit
@@ -326,6 +430,10 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
             raise ValueError(
                 f"FromJaxMARL: time_limit={limit!r} must be a positive int, None "
                 "(every ending terminates) or 'max_steps' (the environment's)."
+            )
+        if not isinstance(self.pad_agents, bool):
+            raise ValueError(
+                f"FromJaxMARL: pad_agents={self.pad_agents!r} must be a bool."
             )
 
     @property
@@ -337,20 +445,26 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         """How many agents act: `len(jaxmarl_env.agents)`."""
         return len(self.jaxmarl_env.agents)
 
-    def _check_spaces(self) -> tuple[int, ...]:
-        """Check that every agent has the same, convertible spaces and observation
-        shape; return that shape."""
+    def _spaces(self, kind: str) -> list[Any]:
+        """Every agent's JaxMARL `kind` ("observation" or "action") space, in the
+        agents' order."""
+        method = getattr(self.jaxmarl_env, f"{kind}_space")
+        return [method(agent) for agent in self.jaxmarl_env.agents]
+
+    def _check_spaces(
+        self,
+    ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], int, bool]:
+        """Check that the agents' spaces convert and stack (the same, or paddable
+        with `pad_agents`); return each agent's observation shape, the stacked
+        observations' shape per agent, the global state's size and whether it is
+        JaxMARL's world state."""
         env = self.jaxmarl_env
         spaces = _jaxmarl().environments.spaces
         if not env.agents:
             raise ValueError(f"FromJaxMARL: {self._env_name} has no agents.")
-        for kind, supported in (
-            ("observation", (spaces.Discrete, spaces.Box)),
-            ("action", (spaces.Discrete, spaces.Box)),
-        ):
-            for agent in env.agents:
-                space = getattr(env, f"{kind}_space")(agent)
-                if not isinstance(space, supported):
+        for kind in ("observation", "action"):
+            for agent, space in zip(env.agents, self._spaces(kind), strict=True):
+                if not isinstance(space, spaces.Discrete | spaces.Box):
                     raise ValueError(
                         f"from_jaxmarl: {self._env_name}'s {kind} space of {agent} is "
                         f"{_describe(space)}, which eqxrl does not convert; eqxrl "
@@ -359,13 +473,19 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
             groups = _agent_groups(
                 env, lambda agent: _signature(getattr(env, f"{kind}_space")(agent))
             )
-            if len(groups) > 1:
-                self._refuse_differing(
+            described = [
+                (group, _describe(getattr(env, f"{kind}_space")(group[0])))
+                for group in groups
+            ]
+            if len(groups) > 1 and not self.pad_agents:
+                self._refuse_differing(f"{kind} space", described)
+            kinds = {type(space) for space in self._spaces(kind)}
+            if len(kinds) > 1:
+                self._refuse_unpaddable(
                     f"{kind} space",
-                    [
-                        (group, _describe(getattr(env, f"{kind}_space")(group[0])))
-                        for group in groups
-                    ],
+                    described,
+                    "one agent's Discrete values and another's Box vectors have "
+                    "no common space",
                 )
         with _jaxmarl_rules():
             observations, _ = jax.eval_shape(env.reset, jr.key_data(jr.key(0)))
@@ -375,77 +495,176 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
                 f"from_jaxmarl: {self._env_name}'s reset returns no observation for "
                 f"{_names(missing)}."
             )
-        taken = sorted({_AGENT_DONES, _INFO} & (set(observations) - set(env.agents)))
+        reserved = {_AGENT_DONES, _INFO, GLOBAL_STATE}
+        taken = sorted(reserved & (set(observations) - set(env.agents)))
         if taken:
             raise ValueError(
                 f"from_jaxmarl: {self._env_name}'s observations have entries named "
                 f"{taken}, the extras where the adapter keeps JaxMARL's per-agent "
-                "dones and infos; rename them in the environment."
+                "dones, infos and the global state; rename them in the environment."
             )
+        shapes = tuple(tuple(observations[agent].shape) for agent in env.agents)
         groups = _agent_groups(env, lambda agent: observations[agent].shape)
-        if len(groups) > 1:
+        if len(groups) > 1 and not self.pad_agents:
             self._refuse_differing(
                 "observation shape",
                 [(group, str(observations[group[0]].shape)) for group in groups],
             )
-        shape = tuple(observations[env.agents[0]].shape)
         space = env.observation_space(env.agents[0])
-        if isinstance(space, spaces.Discrete) and shape != ():
+        if isinstance(space, spaces.Discrete) and shapes[0] != ():
             raise ValueError(
                 f"from_jaxmarl: {self._env_name}'s observation space is "
-                f"{_describe(space)} but its observations have shape {shape}."
+                f"{_describe(space)} but its observations have shape {shapes[0]}."
             )
-        return shape
+        if len(set(shapes)) == 1:
+            shape = shapes[0]
+        else:
+            shape = (max(math.prod(shape) for shape in shapes),)
+        world_state = observations.get(_WORLD_STATE)
+        if world_state is not None:
+            global_state_size = math.prod(world_state.shape)
+        else:
+            global_state_size = sum(math.prod(shape) for shape in shapes)
+        return shapes, shape, global_state_size, world_state is not None
 
     def _refuse_differing(self, what: str, groups: list[tuple[list[str], str]]):
-        which = "; ".join(
-            f"{_names(agents)} {'has' if len(agents) == 1 else 'have'} {text}"
-            for agents, text in groups
-        )
         raise ValueError(
             f"from_jaxmarl: {self._env_name}'s agents do not share one {what}: "
-            f"{which}. "
-            "eqxrl stacks the agents of an environment along one axis, which needs "
-            "the same observation and action spaces for every agent; convert "
-            "environments whose agents share them (e.g. MPE_simple_spread_v3, "
-            "SMAX, Hanabi, Overcooked)."
+            f"{_groups_text(groups)}. "
+            "With pad_agents=False eqxrl stacks the agents of an environment along "
+            "one axis only where they share their observation and action spaces; "
+            "the default pad_agents=True pads the smaller ones to the largest."
+        )
+
+    def _refuse_unpaddable(
+        self, what: str, groups: list[tuple[list[str], str]], why: str
+    ):
+        raise ValueError(
+            f"from_jaxmarl: {self._env_name}'s agents do not share one {what} and "
+            f"cannot be padded to one: {_groups_text(groups)}; {why}. eqxrl stacks "
+            "the agents of an environment along one axis: it pads Box "
+            "observations and actions of different sizes and Discrete spaces of "
+            "different counts, but not a mix of Discrete and Box spaces."
+        )
+
+    @property
+    def _is_padded(self) -> bool:
+        """Whether the agents' observations are flattened and zero-padded."""
+        return any(
+            shape != self._observation_shape for shape in self._agent_observation_shapes
         )
 
     @property
     def observation_space(self) -> AbstractSpace:
-        """One agent's observations (every agent has the same)."""
-        space = self.jaxmarl_env.observation_space(self.jaxmarl_env.agents[0])
-        if isinstance(space, _jaxmarl().environments.spaces.Discrete):
-            return Discrete(int(space.n))
-        return _box(space, self._observation_shape, "the observation space")
+        """One agent's observations: every agent's where they share it; else
+        (agents padded) `Discrete` of the largest count, or a flat `Box` of the
+        largest size whose bounds hold every agent's values and the zeros of the
+        padding."""
+        spaces = self._spaces("observation")
+        if isinstance(spaces[0], _jaxmarl().environments.spaces.Discrete):
+            return Discrete(max(int(space.n) for space in spaces))
+        bounds = [
+            _bounds(space, shape, "the observation space")
+            for space, shape in zip(spaces, self._agent_observation_shapes, strict=True)
+        ]
+        return _hull(bounds, self._observation_shape, padding=(0.0, 0.0))
 
     @property
     def action_space(self) -> AbstractSpace:
-        """One agent's actions (every agent has the same)."""
-        space = self.jaxmarl_env.action_space(self.jaxmarl_env.agents[0])
-        if isinstance(space, _jaxmarl().environments.spaces.Discrete):
-            return Discrete(int(space.n))
-        return _box(space, _shape(space.shape), "the action space")
+        """One agent's actions: every agent's where they share it; else (agents
+        padded) `Discrete` of the largest count (the action mask marks each agent's
+        padding actions invalid), or a flat `Box` of the largest size (an agent's
+        padding entries are dropped) whose bounds hold every agent's."""
+        spaces = self._spaces("action")
+        if isinstance(spaces[0], _jaxmarl().environments.spaces.Discrete):
+            return Discrete(max(self._action_counts))
+        shapes = [_shape(space.shape) for space in spaces]
+        bounds = [
+            _bounds(space, shape, "the action space")
+            for space, shape in zip(spaces, shapes, strict=True)
+        ]
+        shape = shapes[0] if len(set(shapes)) == 1 else (max(map(math.prod, shapes)),)
+        # A padding entry is dropped, so it bounds nothing: the others' bounds hold.
+        return _hull(bounds, shape, padding=(np.inf, -np.inf))
+
+    @property
+    def global_state_space(self) -> Box:
+        """The global state in `timestep.extras["global_state"]`, a flat float32
+        `Box`: JaxMARL's world state where the environment has one (SMAX's
+        `world_state`, unbounded), else the agents' observations concatenated in
+        their order, with their bounds."""
+        size = self._global_state_size
+        if self._has_world_state:
+            return Box(-jnp.inf, jnp.inf, (size,))
+        bounds = [
+            _bounds(space, shape, "the observation space")
+            for space, shape in zip(
+                self._spaces("observation"), self._agent_observation_shapes, strict=True
+            )
+        ]
+        low = np.concatenate([low.ravel() for low, _ in bounds])
+        high = np.concatenate([high.ravel() for _, high in bounds])
+        return Box(low, high)
+
+    @property
+    def _action_counts(self) -> tuple[int, ...]:
+        """Each agent's number of `Discrete` actions."""
+        return tuple(int(space.n) for space in self._spaces("action"))
 
     def _action_mask(
         self, env_state: PyTree
     ) -> Bool[Array, "num_agents num_actions"] | None:
-        method = _mask_method(self.jaxmarl_env)
         space = self.action_space
-        if method is None or not isinstance(space, Discrete):
+        if not isinstance(space, Discrete):
             return None
-        with _jaxmarl_rules():
-            masks = method(env_state)
-        mask = jnp.stack(
-            [jnp.asarray(masks[agent]) != 0 for agent in self.jaxmarl_env.agents]
+        method = _mask_method(self.jaxmarl_env)
+        counts = self._action_counts
+        if method is None and len(set(counts)) == 1:
+            return None
+        if method is not None:
+            with _jaxmarl_rules():
+                masks = method(env_state)
+        rows = []
+        for agent, count in zip(self.jaxmarl_env.agents, counts, strict=True):
+            if method is None:
+                row = jnp.ones(count, jnp.bool_)
+            else:
+                row = jnp.asarray(masks[agent]) != 0
+            if row.shape != (count,):
+                raise ValueError(
+                    f"FromJaxMARL: {self._env_name}'s available actions of {agent} "
+                    f"have shape {row.shape} but its action space is "
+                    f"Discrete({count})."
+                )
+            # The padding actions beyond the agent's own are never available.
+            rows.append(jnp.pad(row, (0, space.num_values - count)))
+        return jnp.stack(rows)
+
+    def _observation(
+        self, observations: dict[str, Any]
+    ) -> Shaped[Array, " num_agents *observation_shape"]:
+        dtype = self.observation_space.dtype
+        rows = []
+        for agent, shape in zip(
+            self.jaxmarl_env.agents, self._agent_observation_shapes, strict=True
+        ):
+            row = jnp.reshape(jnp.asarray(observations[agent]), shape).astype(dtype)
+            if self._is_padded:
+                row = jnp.ravel(row)
+                row = jnp.pad(row, (0, self._observation_shape[0] - row.size))
+            rows.append(row)
+        return jnp.stack(rows)
+
+    def _global_state(
+        self, observations: dict[str, Any]
+    ) -> Float[Array, " global_state_size"]:
+        if self._has_world_state:
+            parts = [observations[_WORLD_STATE]]
+        else:
+            parts = [observations[agent] for agent in self.jaxmarl_env.agents]
+        return jnp.concatenate(
+            [jnp.ravel(jnp.asarray(part)).astype(jnp.float32) for part in parts]
         )
-        if mask.shape != (self.num_agents, space.num_values):
-            raise ValueError(
-                f"FromJaxMARL: {self._env_name}'s available actions have shape "
-                f"{mask.shape[1:]} per agent but its action space is "
-                f"Discrete({space.num_values})."
-            )
-        return mask
 
     def _timestep(
         self,
@@ -458,27 +677,67 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         info: PyTree,
     ) -> TimeStep:
         agents = self.jaxmarl_env.agents
-        dtype = self.observation_space.dtype
-        observation = jnp.stack(
-            [
-                jnp.reshape(jnp.asarray(observations[agent]), self._observation_shape)
-                for agent in agents
-            ]
-        ).astype(dtype)
         extras = {
             name: strongly_typed(value)
             for name, value in observations.items()
-            if name not in agents
+            if name not in agents and name != _WORLD_STATE
         }
         extras[_AGENT_DONES] = agent_dones
         extras[_INFO] = info
+        extras[GLOBAL_STATE] = self._global_state(observations)
         return TimeStep(
-            observation=observation,
+            observation=self._observation(observations),
             reward=reward,
             terminated=terminated,
             truncated=truncated,
             action_mask=self._action_mask(env_state),
             extras=extras,
+        )
+
+    def _agent_actions(
+        self, action: Shaped[Array, " num_agents *action_shape"]
+    ) -> dict[str, Array]:
+        """The stacked actions as JaxMARL's dict, each agent's `Box` action cut
+        from its padding and shaped as its space."""
+        actions = {}
+        for i, (agent, space) in enumerate(
+            zip(self.jaxmarl_env.agents, self._spaces("action"), strict=True)
+        ):
+            if isinstance(space, _jaxmarl().environments.spaces.Box):
+                shape = _shape(space.shape)
+                actions[agent] = jnp.reshape(action[i][: math.prod(shape)], shape)
+            else:
+                actions[agent] = action[i]
+        return actions
+
+    def _check_own_counts(self, action: Int[Array, " num_agents"]) -> Array:
+        """`action`, after checking that no agent chose one of its padding actions
+        (as [`check_action`][eqxrl.envs.check_action] checks the range)."""
+        counts = self._action_counts
+        if _SKIP_ACTION_CHECKS.get() or len(set(counts)) == 1:
+            return action
+        largest = max(counts)
+        if not isinstance(action, jax.core.Tracer):
+            value = np.asarray(action)
+            outside = value >= np.asarray(counts)
+            if outside.any():
+                i = int(np.argmax(outside))
+                agent = self.jaxmarl_env.agents[i]
+                raise ValueError(
+                    f"FromJaxMARL.step: action {value[i].item()} of {agent} (index "
+                    f"{i} of actions {value.tolist()}) is one of its padding "
+                    f"actions: {agent} has Discrete({counts[i]}), padded to "
+                    f"Discrete({largest}) to stack it with the other agents; its "
+                    f"valid actions are the integers 0 to {counts[i] - 1}, as its "
+                    "action mask says."
+                )
+            return action
+        return eqx.error_if(
+            action,
+            action >= jnp.asarray(counts, action.dtype),
+            "FromJaxMARL.step: an agent chose one of its padding actions (beyond "
+            f"its own count, padded to Discrete({largest})); its action mask marks "
+            "them invalid.",
         )
 
     def _step_env(
@@ -487,7 +746,7 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
         """JaxMARL's `step_env` with the key JaxMARL's `step` would give it, the
         action split per agent, and its info converted to extras."""
         agents = self.jaxmarl_env.agents
-        actions = {agent: action[i] for i, agent in enumerate(agents)}
+        actions = self._agent_actions(action)
         # JaxMARL's `step` splits its key into the transition's and a reset's.
         step_key, _ = jr.split(legacy_key(key))
         with _jaxmarl_rules():
@@ -546,6 +805,8 @@ class FromJaxMARL(AbstractMultiAgentEnvironment[FromJaxMARLState]):
                 f"{want}."
             )
         action = action.astype(space.dtype)
+        if isinstance(space, Discrete):
+            action = self._check_own_counts(action)
         agents = self.jaxmarl_env.agents
         observations, env_state, rewards, dones, info = self._step_env(
             key, state.env_state, action
@@ -580,6 +841,7 @@ def from_jaxmarl(
     env: Any,
     *,
     time_limit: int | None | Literal["max_steps"] = "max_steps",
+    pad_agents: bool = True,
     **make_kwargs: Any,
 ) -> FromJaxMARL:
     """Use a [JaxMARL](https://github.com/FLAIROx/JaxMARL) environment (MPE, SMAX,
@@ -590,8 +852,12 @@ def from_jaxmarl(
     `get_avail_actions` (or Hanabi's `get_legal_moves`) becomes
     `TimeStep.action_mask`; an episode that ends (`dones["__all__"]`) after at least
     `time_limit` steps (the environment's `max_steps`) is truncated, earlier it is
-    terminated; the per-agent dones are `extras["agent_dones"]` and JaxMARL's infos
-    `extras["info"]`. The agents must share their spaces. See
+    terminated; the per-agent dones are `extras["agent_dones"]`, JaxMARL's infos
+    `extras["info"]`, and a global state for centralized critics
+    `extras["global_state"]` (JaxMARL's world state where it has one, SMAX's, else
+    the agents' observations concatenated; its space is `env.global_state_space`).
+    Agents whose spaces differ are padded to the largest: observations with zeros,
+    `Discrete` actions with padding actions the action mask marks invalid. See
     [`FromJaxMARL`][eqxrl.envs.FromJaxMARL] for every rule and
     [multi-agent environments][multi-agent] for the conventions.
 
@@ -602,6 +868,8 @@ def from_jaxmarl(
       **make_kwargs)`.
     - `time_limit`: the step count from which an ending is a truncation (see
       `FromJaxMARL`); by default the environment's `max_steps`.
+    - `pad_agents`: pad agents whose spaces differ to the largest (the default),
+      or refuse them (`False`); see `FromJaxMARL`.
     - `make_kwargs`: keyword arguments of the environment's constructor (e.g.
       `max_steps=50`, or SMAX's `scenario`), only with a name.
 
@@ -611,9 +879,10 @@ def from_jaxmarl(
 
     **Raises:**
 
-    `ValueError` naming the agents whose spaces differ, or the space eqxrl cannot
-    convert (`MultiDiscrete`, `Dict`, `Tuple`); `ImportError` without jaxmarl
-    installed.
+    `ValueError` naming the agents whose spaces differ where they cannot be padded
+    (one `Discrete`, another `Box`; any difference with `pad_agents=False`), or the
+    space eqxrl cannot convert (`MultiDiscrete`, `Dict`, `Tuple`); `ImportError`
+    without jaxmarl installed.
 
     !!! example
 
@@ -626,8 +895,11 @@ def from_jaxmarl(
         state, timestep = env.step(state, actions, jax.random.key(1))
         timestep.reward.shape  # (3,)
         timestep.extras["agent_dones"]  # [False, False, False]
+        timestep.extras["global_state"].shape  # (54,): the 3 observations
+        adversary = eqxrl.envs.from_jaxmarl("MPE_simple_adversary_v3")
+        adversary.observation_space.shape  # (10,): adversary_0's 8, zero-padded
         ```
     """
     jaxmarl = _jaxmarl()
     env = make_by_name("from_jaxmarl", "JaxMARL", jaxmarl.make, env, make_kwargs)
-    return FromJaxMARL(env, time_limit=time_limit)
+    return FromJaxMARL(env, time_limit=time_limit, pad_agents=pad_agents)
