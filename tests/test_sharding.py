@@ -273,8 +273,12 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
     )
     # (Independent DQN's state is laid out the same way: learners on the agent
     # axis, worlds inside them, the environments' state outside.)
-    for name, algorithm, parameters in (("PPO", ppo, lambda learners: learners.model),):
-        independent = eqxrl.multiagent.Independent(algorithm)
+    # MAPPO: Independent PPO's layout, its critic reading the global state.
+    for name, independent in (
+        ("PPO", eqxrl.multiagent.Independent(ppo)),
+        ("MAPPO", eqxrl.multiagent.MAPPO(ppo, critic_input="agent_specific")),
+    ):
+        parameters = lambda learners: learners.model
         initial = eqx.filter_jit(independent.init)(jax.random.key(0))
         reference, _ = independent.train(jax.random.key(0))
         state, _ = independent.train(jax.random.key(0), mesh=mesh((2,), ("envs",)))
@@ -292,7 +296,7 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
             "statistics_difference": difference(
                 reference.learners.observation_statistics,
                 learners.observation_statistics,
-            ) if name == "PPO" else None,
+            ),
             "env_spec": spec(state.env_state),
             "timestep_spec": spec(learners.timestep),
             "weight_spec": spec(eqx.filter(parameters(learners), eqx.is_array)),
@@ -305,8 +309,8 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.compile_bound
 def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
-    """SAC with `normalize_observations` over 4 devices and independent PPO over 2
-    give the one-device runs; SAC's statistics are those of every
+    """SAC with `normalize_observations` over 4 devices and independent PPO and
+    MAPPO over 2 give the one-device runs; SAC's statistics are those of every
     environment's observations, not of one device's."""
     results = run_script(SAC_AND_INDEPENDENT_SCRIPT, tmp_path)
 
@@ -327,7 +331,7 @@ def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
     np.testing.assert_allclose(sac["var"], sac["seen_var"], rtol=1e-4, atol=1e-5)
     assert np.max(np.abs(np.subtract(sac["first_device_mean"], sac["mean"]))) > 1e-2
 
-    for name in ("PPO",):
+    for name in ("PPO", "MAPPO"):
         run = results[f"Independent {name}"]
         assert run["env_spec"] == "('envs',)", (name, run)
         # The learners' views of the worlds: `[num_agents, num_envs, ...]`.
@@ -338,8 +342,9 @@ def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
         # updates, agree far closer than that (1e-8 measured).
         assert run["trained"] > 1e-4, (name, run)
         assert len(run["agents"]) == 2 and max(run["agents"]) < 1e-6, (name, run)
-    statistics = results["Independent PPO"]["statistics_difference"]
-    assert statistics < 1e-5, statistics
+    for name in ("PPO", "MAPPO"):
+        statistics = results[f"Independent {name}"]["statistics_difference"]
+        assert statistics < 1e-5, (name, statistics)
 
 
 def test_a_mesh_without_an_envs_axis_is_refused():

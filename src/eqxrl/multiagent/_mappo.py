@@ -3,7 +3,7 @@ execution), on the independent learners' machinery."""
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -218,6 +218,9 @@ class MAPPO(Independent):
     """
 
     critic_input: str = eqx.field(static=True, default="global_state")
+
+    critic_inputs: ClassVar[tuple[str, ...]] = CRITIC_INPUTS
+    """The names `critic_input` takes."""
 
     def __check_init__(self):
         if not isinstance(self.algorithm, PPO):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..algorithms import PPO, algorithm_names
 from ..envs import make, num_agents_of, registered_names
-from ..multiagent import Independent
+from ..multiagent import MAPPO, Independent
 from ..nn import GRUActorCritic, LSTMActorCritic
 from ._checkpoint import (
     CheckpointError,
@@ -55,6 +55,7 @@ _RUN_OPTIONS = (
     "split",
     "distributed",
     "share_parameters",
+    "critic_input",
     "network",
 )
 # `--network`: PPO's network_factory (`mlp` is PPO's default feed-forward network).
@@ -315,6 +316,15 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         "as an input (default: one network per agent, eqxrl.multiagent.Independent)",
     )
     run.add_argument(
+        "--critic-input",
+        choices=MAPPO.critic_inputs,
+        default=argparse.SUPPRESS,
+        help="multi-agent environments with PPO: MAPPO (eqxrl.multiagent.MAPPO), "
+        "a centralised critic reading the global state, every agent's observations "
+        "concatenated, or the global state with the agent's index (default: "
+        "independent PPO, each critic reading its agent's observation)",
+    )
+    run.add_argument(
         "--network",
         choices=tuple(_NETWORKS),
         default=argparse.SUPPRESS,
@@ -405,6 +415,7 @@ def _train(argv: Sequence[str]) -> int:
     split = merged.pop("split", None)
     merged.pop("distributed", None)
     share_parameters = bool(merged.pop("share_parameters", False))
+    critic_input = merged.pop("critic_input", None)
     network = _network_factory(merged.pop("network", "mlp"), cls, str(algo), merged)
     if network is not None:
         merged["network_factory"] = network
@@ -429,13 +440,23 @@ def _train(argv: Sequence[str]) -> int:
     kwargs.update(merged)
     try:
         algorithm = cls(**kwargs)
-        if num_agents_of(env) is not None:
+        if num_agents_of(env) is not None and critic_input is not None:
+            if cls is not PPO:
+                raise ValueError(
+                    f"--critic-input: a centralised critic is MAPPO's, which trains "
+                    f"PPO, not {cls.__name__}; use --algo ppo or drop the flag."
+                )
+            algorithm = MAPPO(
+                algorithm,
+                share_parameters=share_parameters,
+                critic_input=critic_input,
+            )
+        elif num_agents_of(env) is not None:
             # One learner per agent (or one shared), trained together.
             algorithm = Independent(algorithm, share_parameters=share_parameters)
-        elif share_parameters:
-            raise ValueError(
-                f"--share-parameters: {env_id} has a single agent; drop the flag."
-            )
+        elif share_parameters or critic_input is not None:
+            flag = "--share-parameters" if share_parameters else "--critic-input"
+            raise ValueError(f"{flag}: {env_id} has a single agent; drop the flag.")
     except (ValueError, TypeError) as error:
         raise _CommandError(str(error)) from None
 
