@@ -1,7 +1,9 @@
-"""Several agents in one world: independent learners, one model per agent, stacked
-with a leading agent axis and trained vmapped in one compiled program."""
+"""Several agents in one world, trained in one compiled program: independent
+learners (one model per agent stacked on a leading agent axis, or one shared),
+MAPPO's centralised critics on the same machinery."""
 
 from ._independent import (
+    AbstractPerAgentLearners as AbstractPerAgentLearners,
     Independent as Independent,
     IndependentState as IndependentState,
 )

@@ -110,6 +110,7 @@ def flat_with_agent_index(timestep: TimeStep, num_agents: int) -> TimeStep:
     `num_envs * num_agents` (world-major: agent `a` of world `n` at `n *
     num_agents + a`), each observation flattened with the one-hot agent index
     appended (also `final_observation`)."""
+
     def with_index(observations: Array) -> Array:  # [num_envs, num_agents, ...]
         return jax.vmap(lambda o: every_agent_with_index(o, num_agents))(observations)
 

@@ -96,93 +96,35 @@ def _every_agent_counters(buffer: ReplayBuffer, num_agents: int) -> ReplayBuffer
     )
 
 
-class Independent(AbstractAlgorithm[IndependentState]):
-    """Independent learners: one copy of a single-agent algorithm per agent of a
-    multi-agent environment, all trained in one compiled program.
+class AbstractPerAgentLearners(AbstractAlgorithm[IndependentState]):
+    """Learners for the agents of a multi-agent environment, one per agent stacked
+    on a leading agent axis (or one shared by all agents), trained together in one
+    compiled program: what [`Independent`][eqxrl.multiagent.Independent] and
+    [`MAPPO`][eqxrl.multiagent.MAPPO] share (the rollout of every world with every
+    agent acting, the per-agent views and layouts, the updates vmapped over agents,
+    the metrics and policies).
 
-    `algorithm` is a value-based algorithm ([`DQN`][eqxrl.DQN],
-    [`IQN`][eqxrl.IQN]) or [`PPO`][eqxrl.PPO] (independent PPO, "IPPO"),
-    configured on the multi-agent environment (its spaces describe one agent, see
-    [multi-agent environments][multi-agent]); its hyperparameters apply to every
-    agent. Each agent gets its own network, optimizer state, replay buffer or
-    running statistics, exploration schedule and PRNG key, stored as one stacked
-    Equinox module with a leading agent axis
-    ([`IndependentState`][eqxrl.multiagent.IndependentState]`.learners`).
-
-    An iteration steps `num_envs` worlds (`train_frequency` times for DQN and IQN,
-    `num_steps` times for PPO): every agent acts on its own observation (the
-    agents' acting vmapped), the worlds step with the joint action, every agent
-    records its own transition; then every agent runs its updates (vmapped over
-    agents: DQN's and IQN's gradient steps on its replay buffer, PPO's epochs on its
-    own share of the rollout). An agent's randomness comes from its own key only,
-    so agent `i` learns exactly what it would learn alone with the same keys and
-    the same co-players' actions.
-
-    With `share_parameters`, one network serves every agent instead: each agent's
-    observation is flattened with its one-hot agent index appended (a `Box`
-    observation space is needed), the agents are the network's batch (`num_envs *
-    num_agents` columns of one replay buffer or rollout), and one learner runs its
-    updates over the transitions of all agents (the usual "parameter-shared IPPO"
-    of JaxMARL's baselines, plus the agent index).
-
-    **Arguments:**
-
-    - `algorithm`: the single-agent algorithm, configured on the multi-agent
-      environment (`algorithm.env`).
-    - `share_parameters`: one network for all agents, the agent index as an input.
-
-    Metrics per iteration: `episode_return` (`[num_agents]`: each agent's mean
-    return over the episodes that ended), `total_episode_return` (their sum, the
-    team's return), `episode_length` and `episode_count`, and the algorithm's own
-    metrics (`loss`, `q_value`, `epsilon`, `learning_rate`; PPO's losses,
-    `entropy`, `approx_kl`, ...), per agent (`[num_agents]`) or of the shared
-    learner (scalars).
-
-    !!! example
-
-        ```python
-        env = eqxrl.envs.make("TreasureHunt-v0")
-        iqn = eqxrl.IQN(env=env, num_envs=16, total_timesteps=200_000)
-        learners = eqxrl.multiagent.Independent(iqn)
-        state, metrics = learners.train(jax.random.key(0))
-        metrics["episode_return"].shape  # (num_iterations, 2)
-        policy = learners.policy(state, deterministic=True)  # every agent
-        policy_0 = learners.policy(state, deterministic=True, agent=0)
-        ```
+    Subclasses declare `algorithm` (the single-agent algorithm every learner runs,
+    configured on the multi-agent environment) and `share_parameters`, and may
+    change what each learner reads (`learner`, `_agent_inputs`, `_views`).
     """
 
-    algorithm: AbstractAlgorithm
-    share_parameters: bool = eqx.field(static=True, default=False)
+    algorithm: eqx.AbstractVar[AbstractAlgorithm]
+    share_parameters: eqx.AbstractVar[bool]
 
-    def __check_init__(self):
-        if not isinstance(self.algorithm, AbstractAlgorithm):
-            raise ValueError(
-                "Independent: algorithm must be an eqxrl algorithm (e.g. eqxrl.IQN("
-                f"env=env)), got {type(self.algorithm).__name__}."
-            )
+    def _check_multi_agent_environment(self) -> None:
+        """The algorithm's environment has several agents."""
+        owner = type(self).__name__
         name = type(self.algorithm).__name__
-        if not isinstance(self.algorithm, AbstractQLearning | PPO):
-            raise ValueError(
-                f"Independent: {name} is not supported yet; independent learners "
-                "are eqxrl.DQN, eqxrl.IQN and eqxrl.PPO."
-            )
         env = getattr(self.algorithm, "env", None)
         if not isinstance(env, AbstractEnvironment) or num_agents_of(env) is None:
             described = type(unwrap(env)[-1]).__name__ if env is not None else "None"
             raise ValueError(
-                f"Independent: {name}'s environment ({described}) has a single "
+                f"{owner}: {name}'s environment ({described}) has a single "
                 f"agent; train {name} itself, or give it a multi-agent environment "
                 "(eqxrl.envs.AbstractMultiAgentEnvironment, e.g. "
                 "eqxrl.envs.make('TreasureHunt-v0'))."
             )
-        if self.share_parameters and not isinstance(env.observation_space, Box):
-            raise ValueError(
-                "Independent: share_parameters appends the agent index to a "
-                "flattened observation, which needs a Box observation space; this "
-                f"one is {type(env.observation_space).__name__}."
-            )
-        if isinstance(self.algorithm, PPO):
-            self._check_sequence_minibatches()
 
     def _check_sequence_minibatches(self) -> None:
         """A recurrent network learns from minibatches of whole sequences: the
@@ -202,7 +144,8 @@ class Independent(AbstractAlgorithm[IndependentState]):
             )
         if columns % learner.num_minibatches:
             raise ValueError(
-                f"Independent: the recurrent {type(network).__name__} learns from "
+                f"{type(self).__name__}: the recurrent {type(network).__name__} "
+                "learns from "
                 "whole sequences, in minibatches of its learner's columns: "
                 f"num_minibatches={learner.num_minibatches} must divide the "
                 f"{described}; choose num_minibatches among the divisors of "
@@ -685,3 +628,85 @@ class Independent(AbstractAlgorithm[IndependentState]):
             "episode_length": metrics["episode_length"][0],
             "episode_count": metrics["episode_count"][0],
         }
+
+
+class Independent(AbstractPerAgentLearners):
+    """Independent learners: one copy of a single-agent algorithm per agent of a
+    multi-agent environment, all trained in one compiled program.
+
+    `algorithm` is a value-based algorithm ([`DQN`][eqxrl.DQN],
+    [`IQN`][eqxrl.IQN]) or [`PPO`][eqxrl.PPO] (independent PPO, "IPPO"),
+    configured on the multi-agent environment (its spaces describe one agent, see
+    [multi-agent environments][multi-agent]); its hyperparameters apply to every
+    agent. Each agent gets its own network, optimizer state, replay buffer or
+    running statistics, exploration schedule and PRNG key, stored as one stacked
+    Equinox module with a leading agent axis
+    ([`IndependentState`][eqxrl.multiagent.IndependentState]`.learners`).
+
+    An iteration steps `num_envs` worlds (`train_frequency` times for DQN and IQN,
+    `num_steps` times for PPO): every agent acts on its own observation (the
+    agents' acting vmapped), the worlds step with the joint action, every agent
+    records its own transition; then every agent runs its updates (vmapped over
+    agents: DQN's and IQN's gradient steps on its replay buffer, PPO's epochs on its
+    own share of the rollout). An agent's randomness comes from its own key only,
+    so agent `i` learns exactly what it would learn alone with the same keys and
+    the same co-players' actions.
+
+    With `share_parameters`, one network serves every agent instead: each agent's
+    observation is flattened with its one-hot agent index appended (a `Box`
+    observation space is needed), the agents are the network's batch (`num_envs *
+    num_agents` columns of one replay buffer or rollout), and one learner runs its
+    updates over the transitions of all agents (the usual "parameter-shared IPPO"
+    of JaxMARL's baselines, plus the agent index).
+
+    **Arguments:**
+
+    - `algorithm`: the single-agent algorithm, configured on the multi-agent
+      environment (`algorithm.env`).
+    - `share_parameters`: one network for all agents, the agent index as an input.
+
+    Metrics per iteration: `episode_return` (`[num_agents]`: each agent's mean
+    return over the episodes that ended), `total_episode_return` (their sum, the
+    team's return), `episode_length` and `episode_count`, and the algorithm's own
+    metrics (`loss`, `q_value`, `epsilon`, `learning_rate`; PPO's losses,
+    `entropy`, `approx_kl`, ...), per agent (`[num_agents]`) or of the shared
+    learner (scalars).
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("TreasureHunt-v0")
+        iqn = eqxrl.IQN(env=env, num_envs=16, total_timesteps=200_000)
+        learners = eqxrl.multiagent.Independent(iqn)
+        state, metrics = learners.train(jax.random.key(0))
+        metrics["episode_return"].shape  # (num_iterations, 2)
+        policy = learners.policy(state, deterministic=True)  # every agent
+        policy_0 = learners.policy(state, deterministic=True, agent=0)
+        ```
+    """
+
+    algorithm: AbstractAlgorithm
+    share_parameters: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        if not isinstance(self.algorithm, AbstractAlgorithm):
+            raise ValueError(
+                "Independent: algorithm must be an eqxrl algorithm (e.g. eqxrl.IQN("
+                f"env=env)), got {type(self.algorithm).__name__}."
+            )
+        name = type(self.algorithm).__name__
+        if not isinstance(self.algorithm, AbstractQLearning | PPO):
+            raise ValueError(
+                f"Independent: {name} is not supported yet; independent learners "
+                "are eqxrl.DQN, eqxrl.IQN and eqxrl.PPO."
+            )
+        self._check_multi_agent_environment()
+        env = self.env
+        if self.share_parameters and not isinstance(env.observation_space, Box):
+            raise ValueError(
+                "Independent: share_parameters appends the agent index to a "
+                "flattened observation, which needs a Box observation space; this "
+                f"one is {type(env.observation_space).__name__}."
+            )
+        if isinstance(self.algorithm, PPO):
+            self._check_sequence_minibatches()

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from ..algorithms import PPO
+from ..algorithms import PPO, AbstractAlgorithm
 from ..envs import (
     GLOBAL_STATE,
     AbstractEnvironment,
@@ -27,7 +27,7 @@ from ._agents import (
     without_global_state,
     world_major_columns,
 )
-from ._independent import Independent, IndependentState
+from ._independent import AbstractPerAgentLearners, IndependentState
 from ._policy import IndependentPolicy, SharedPolicy
 
 # The keys of the observation a MAPPO network reads: the agent's own observation
@@ -161,7 +161,7 @@ class CentralisedCriticView(AbstractEnvironment):
         return state, self._view(timestep)
 
 
-class MAPPO(Independent):
+class MAPPO(AbstractPerAgentLearners):
     """Multi-agent PPO with a centralised critic (Yu et al., 2022): centralised
     training, decentralised execution.
 
@@ -217,6 +217,8 @@ class MAPPO(Independent):
         ```
     """
 
+    algorithm: AbstractAlgorithm
+    share_parameters: bool = eqx.field(static=True, default=False)
     critic_input: str = eqx.field(static=True, default="global_state")
 
     critic_inputs: ClassVar[tuple[str, ...]] = CRITIC_INPUTS
@@ -233,6 +235,7 @@ class MAPPO(Independent):
                 f"MAPPO: critic_input={self.critic_input!r} must be one of "
                 f"{CRITIC_INPUTS}."
             )
+        self._check_multi_agent_environment()
         if self.algorithm.actor_keys is not None or (
             self.algorithm.critic_keys is not None
         ):
@@ -259,6 +262,7 @@ class MAPPO(Independent):
                 "observations, which needs a Box observation space; this one is "
                 f"{type(self.env.observation_space).__name__}."
             )
+        self._check_sequence_minibatches()
 
     # ------------------------------------------------------------------ config
     @property
@@ -382,7 +386,7 @@ class MAPPO(Independent):
 
         A [`DecentralisedPolicy`][eqxrl.multiagent.DecentralisedPolicy].
         """
-        inner = Independent.policy(self, state, deterministic, agent)
+        inner = AbstractPerAgentLearners.policy(self, state, deterministic, agent)
         if isinstance(inner, SharedPolicy):
             policy = inner.policy
         elif isinstance(inner, IndependentPolicy):
