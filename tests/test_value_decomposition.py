@@ -360,6 +360,23 @@ def test_train_vmaps_over_seeds():
     assert not np.allclose(states.mixer.bias_1.weight[0], states.mixer.bias_1.weight[1])
 
 
+def test_sweepable_numbers_reuse_the_compiled_run():
+    """`gamma`, the learning rate and the mixer's `init_scale` are array leaves:
+    a config that changes only them (or the key) reuses the compiled `train`."""
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def train(algorithm, key):
+        return algorithm.train(key)
+
+    env = MaskedTeam(declare_state=True)
+    first = QMIX(tiny_dqn(env))
+    second = QMIX(tiny_dqn(env, gamma=0.5, learning_rate=1e-3), init_scale=0.01)
+    _, metrics = train(first, jr.key(0))
+    _, other = train(second, jr.key(1))
+    assert not np.allclose(metrics["q_value"][-1], other["q_value"][-1])
+
+
 def test_refusals_explain_the_fix():
     with pytest.raises(ValueError, match="single agent"):
         VDN(eqxrl.DQN(env=eqxrl.envs.make("CartPole-v1")))

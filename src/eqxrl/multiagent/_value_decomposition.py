@@ -706,11 +706,6 @@ def _team_episode_metrics(episode: dict[str, Array]) -> dict[str, Array]:
     }
 
 
-# JaxMARL's settings (baselines/QLearning/config/alg/*.yaml) as DQN's fields.
-def _jaxmarl_dqn(env: AbstractEnvironment, settings: dict, overrides: dict) -> DQN:
-    return DQN(env=env, **{**settings, **overrides})
-
-
 class VDN(AbstractValueDecomposition):
     """Value decomposition networks (Sunehag et al., 2018): cooperative agents whose
     team value is the sum of their own, `Q_tot = sum_i Q_i(o_i, a_i)`, trained
@@ -819,7 +814,7 @@ class VDN(AbstractValueDecomposition):
             double_q=False,
             huber_delta=math.inf,
         )
-        dqn = _jaxmarl_dqn(env, settings, overrides)
+        dqn = DQN(env=env, **{**settings, **overrides})
         return cls(dqn, share_parameters=share_parameters)
 
 
@@ -941,5 +936,5 @@ class QMIX(AbstractValueDecomposition):
             double_q=True,
             huber_delta=math.inf,
         )
-        dqn = _jaxmarl_dqn(env, settings, overrides)
+        dqn = DQN(env=env, **{**settings, **overrides})
         return cls(dqn, share_parameters=share_parameters)
