@@ -188,7 +188,8 @@ class _JointObservation(eqx.Module):
     (`[num_agents, ...]` leaves), their action masks, and the flattened global state
     (`None` for VDN, which does not read it). Kept together in the observation so
     that `AutoReset` swaps all three at a reset and keeps all three of the final
-    step in `extras["final_observation"]` (the targets' next state)."""
+    step in `extras["final_observation"]` (the targets' next state), whether the
+    environment declares the global state or it is built from the observations."""
 
     observation: PyTree[Array]
     action_mask: Bool[Array, "num_agents num_actions"] | None
@@ -218,8 +219,9 @@ class _JointView(AbstractWrapper):
         observation = _JointObservation(
             timestep.observation, timestep.action_mask, state
         )
-        # The entry would be stale after an automatic reset (AutoReset keeps the
-        # final step's extras); the joint observation holds the right one.
+        # The joint observation holds the state (declared or built from the
+        # observations alike), which AutoReset then swaps at a reset and keeps in
+        # `final_observation` with the observations: the entry would be a copy.
         extras = {k: v for k, v in timestep.extras.items() if k != GLOBAL_STATE}
         return TimeStep(
             observation=observation,
