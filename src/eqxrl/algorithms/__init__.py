@@ -8,7 +8,7 @@ from ._diagnostics import (
     EntropyCollapseWarning as EntropyCollapseWarning,
     check_entropy_collapse as check_entropy_collapse,
 )
-from ._dqn import DQN as DQN
+from ._dqn import DQN as DQN, huber_loss as huber_loss
 from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
 from ._metrics import ended_episode_metrics as ended_episode_metrics
 from ._parallel import (
@@ -23,6 +23,7 @@ from ._ppo import (
 from ._q_learning import (
     AbstractQLearning as AbstractQLearning,
     QLearningState as QLearningState,
+    bootstrap_action_value as bootstrap_action_value,
 )
 from ._registry import (
     algorithm_names as algorithm_names,

@@ -3,12 +3,12 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._config import in_range
 from ..buffers import ReplaySample
-from ..nn import AbstractQNetwork, MLPQNetwork, greedy_action
-from ._q_learning import AbstractQLearning, default_encoder
+from ..nn import AbstractQNetwork, MLPQNetwork
+from ._q_learning import AbstractQLearning, bootstrap_action_value, default_encoder
 
 
 class DQN(AbstractQLearning):
@@ -96,23 +96,36 @@ class DQN(AbstractQLearning):
             next_online = values(jax.lax.stop_gradient(network))(
                 batch.next_observation, key
             )
-            next_action = jax.vmap(greedy_action)(next_online, batch.next_action_mask)
         else:
-            next_action = jax.vmap(greedy_action)(next_target, batch.next_action_mask)
-        next_value = jnp.take_along_axis(next_target, next_action[:, None], axis=1)
-        target = batch.reward + batch.discount * next_value[:, 0]
+            next_online = next_target
+        next_value = jax.vmap(bootstrap_action_value)(
+            next_target, next_online, batch.next_action_mask
+        )
+        target = batch.reward + batch.discount * next_value
         target = jax.lax.stop_gradient(target)
         predicted = jnp.take_along_axis(
             values(network)(batch.observation, key), batch.action[:, None], axis=1
         )[:, 0]
-        loss = jnp.mean(_huber(predicted - target, self.huber_delta))
+        loss = jnp.mean(huber_loss(predicted - target, self.huber_delta))
         return loss, {"loss": loss, "q_value": jnp.mean(predicted)}
 
 
-def _huber(error: Float[Array, " batch"], delta: Float[Array, ""]) -> Array:
-    """The Huber loss `e**2 / 2` for `|e| <= delta`, `delta * (|e| - delta / 2)`
-    beyond; with `delta = inf` exactly the squared loss (no `inf * 0`, also in the
-    gradient)."""
+def huber_loss(
+    error: Float[Array, "*batch"], delta: Float[ArrayLike, ""]
+) -> Float[Array, "*batch"]:
+    """The Huber loss of each error: `e**2 / 2` for `|e| <= delta`,
+    `delta * (|e| - delta / 2)` beyond; with `delta = inf` exactly the squared loss
+    `e**2 / 2` (no `inf * 0`, also in the gradient).
+
+    **Arguments:**
+
+    - `error`: prediction minus target, any shape.
+    - `delta`: the threshold between the quadratic and the linear part (> 0).
+
+    **Returns:**
+
+    The loss of each error, shaped like `error` (average it for a minibatch).
+    """
     magnitude = jnp.abs(error)
     quadratic = jnp.minimum(magnitude, delta)
     linear = magnitude - quadratic

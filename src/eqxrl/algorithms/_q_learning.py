@@ -32,6 +32,7 @@ from ..nn import (
     EpsilonGreedyPolicy,
     ObservationEncoder,
     epsilon_greedy_action,
+    greedy_action,
 )
 from ._base import (
     AbstractAlgorithm,
@@ -111,6 +112,33 @@ def default_encoder(
     # A key of its own, so that Box observations keep their initial weights.
     encoder = ObservationEncoder(space, key=jr.fold_in(key, 1))
     return encoder, encoder.num_features
+
+
+def bootstrap_action_value(
+    target_q_values: Float[Array, " num_actions"],
+    online_q_values: Float[Array, " num_actions"],
+    action_mask: Bool[Array, " num_actions"] | None = None,
+) -> Float[Array, ""]:
+    """The value a Q-learning target bootstraps from at the next observation: the
+    target network's value of the greedy valid action, chosen by `online_q_values`.
+
+    Pass the online network's values for double Q-learning (van Hasselt et al.,
+    2016: the online network picks the action, the target network evaluates it),
+    or the target network's own values for the plain `max` target.
+
+    **Arguments:**
+
+    - `target_q_values`: the target network's value of each action.
+    - `online_q_values`: the values that choose the action.
+    - `action_mask`: `True` for valid actions, or `None` (all valid); a masked
+      action is never the one chosen.
+
+    **Returns:**
+
+    `target_q_values[greedy_action(online_q_values, action_mask)]` (float32).
+    """
+    action = greedy_action(online_q_values, action_mask)
+    return jnp.take_along_axis(target_q_values, action[None], axis=0)[0]
 
 
 class AbstractQLearning(AbstractAlgorithm[QLearningState]):
@@ -594,18 +622,19 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
 
     def _update(
         self,
-        network: AbstractQNetwork,
-        target_network: AbstractQNetwork,
+        network: PyTree,
+        target_network: PyTree,
         optimizer_state: PyTree,
         num_updates: Int[Array, ""],
         buffer: ReplayBuffer,
         sample_key: PRNGKeyArray,
         loss_key: PRNGKeyArray,
-    ) -> tuple[AbstractQNetwork, AbstractQNetwork, PyTree, dict[str, Array]]:
+        loss: Callable,
+    ) -> tuple[PyTree, PyTree, PyTree, dict[str, Array]]:
         """`gradient_steps` minibatch updates, each followed by a target update when
         due."""
         optimizer = self.make_optimizer()
-        grad_fn = eqx.filter_value_and_grad(self.loss, has_aux=True)
+        grad_fn = eqx.filter_value_and_grad(loss, has_aux=True)
 
         def gather(index: Int[Array, " batch_size"]) -> ReplaySample:
             return buffer.gather(index, n_step=self.n_step, gamma=self.gamma)
@@ -613,10 +642,10 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         def gradient_step(carry, inputs):
             network, target_network, optimizer_state = carry
             batch, loss_key, update_index = inputs
-            (loss, statistics), grads = grad_fn(
+            (loss_value, statistics), grads = grad_fn(
                 network, target_network, batch, loss_key
             )
-            statistics = {**statistics, "loss": loss}  # what `diverged` checks
+            statistics = {**statistics, "loss": loss_value}  # what `diverged` checks
             params = eqx.filter(network, eqx.is_array)
             updates, optimizer_state = optimizer.update(grads, optimizer_state, params)
             network = eqx.apply_updates(network, updates)
@@ -656,26 +685,34 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
 
     def learn(
         self,
-        network: AbstractQNetwork,
-        target_network: AbstractQNetwork,
+        network: PyTree,
+        target_network: PyTree,
         optimizer_state: PyTree,
         buffer: ReplayBuffer,
         learning: Bool[Array, ""],
         num_updates: Int[Array, ""],
         sample_key: PRNGKeyArray,
         loss_key: PRNGKeyArray,
-    ) -> tuple[AbstractQNetwork, AbstractQNetwork, PyTree, Int[Array, ""], dict]:
+        *,
+        loss: Callable | None = None,
+    ) -> tuple[PyTree, PyTree, PyTree, Int[Array, ""], dict]:
         """An iteration's updates: if `learning`, `gradient_steps` minibatch
         updates (each followed by the target update when due), else nothing.
 
         **Arguments:**
 
-        - `network`, `target_network`, `optimizer_state`: as in the training state.
+        - `network`, `target_network`, `optimizer_state`: as in the training state
+          (with `loss`, any pytree of models that `loss` takes, e.g. the agents'
+          networks and a mixer; the target is updated leaf by leaf).
         - `buffer`: the replay buffer to sample from.
         - `learning`: whether to update (`learning_starts` reached); a `lax.cond`,
           so keep it unbatched under `vmap` for the skip to stay a skip.
         - `num_updates`: updates done before (times the target updates).
         - `sample_key`, `loss_key`: PRNG keys for the minibatches and the loss.
+        - `loss`: `loss(network, target_network, batch, key) -> (loss,
+          statistics)` in place of the algorithm's own
+          [`loss`][eqxrl.algorithms.AbstractQLearning.loss] (value decomposition
+          trains the agents and a mixer on the team's transitions with it).
 
         **Returns:**
 
@@ -683,6 +720,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         statistics of the loss (`loss`, ...; means over the updates), NaN when
         not `learning`.
         """
+        loss_function = self.loss if loss is None else loss
         dynamic, static = eqx.partition(
             (network, target_network, optimizer_state), eqx.is_array
         )
@@ -697,6 +735,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 buffer,
                 sample_key,
                 loss_key,
+                loss_function,
             )
             return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
 
@@ -706,8 +745,10 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 batch = buffer.sample(
                     sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
                 )
-                loss, statistics = self.loss(network, target_network, batch, loss_key)
-                return {**statistics, "loss": loss}
+                value, statistics = loss_function(
+                    network, target_network, batch, loss_key
+                )
+                return {**statistics, "loss": value}
 
             shapes = jax.eval_shape(loss_statistics)
             nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)

@@ -17,3 +17,12 @@ from ._policy import (
     SharedPolicy as SharedPolicy,
 )
 from ._presets import sorrel_iqn as sorrel_iqn
+from ._value_decomposition import (
+    QMIX as QMIX,
+    VDN as VDN,
+    AbstractMixer as AbstractMixer,
+    AbstractValueDecomposition as AbstractValueDecomposition,
+    MonotonicMixer as MonotonicMixer,
+    SumMixer as SumMixer,
+    ValueDecompositionState as ValueDecompositionState,
+)
