@@ -58,7 +58,7 @@ import numpy as np
 
 import eqxrl
 
-PARTS = ("sorrel", "scaling", "loop", "jaxmarl")
+PARTS = ("sorrel", "scaling", "loop", "jaxmarl", "mappo", "vdn", "qmix")
 SORREL_SECONDS = 332.0  # Sorrel 1.6.0's 1000-epoch treasurehunt run
 SORREL_LAST_100 = 37.0  # its total reward per epoch over the last 100 epochs
 
@@ -388,7 +388,7 @@ def load_jaxmarl_baseline(path: str):
     """JaxMARL's `baselines/IPPO/ippo_ff_mpe.py` as a module (its `make_train`).
     The script imports wandb for its logging (mode "disabled" by default); where
     wandb is not installed, a stand-in that does nothing, as disabled wandb does."""
-    if importlib.util.find_spec("wandb") is None:
+    if "wandb" not in sys.modules and importlib.util.find_spec("wandb") is None:
         sys.modules["wandb"] = types.SimpleNamespace(
             init=lambda *args, **kwargs: None, log=lambda *args, **kwargs: None
         )
@@ -487,6 +487,201 @@ def jaxmarl_ippo(options) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------
+# Cooperative learners against JaxMARL's baselines (MAPPO, VDN, QMIX)
+# ------------------------------------------------------------------------------------
+
+MPE = "MPE_simple_spread_v3"
+
+
+def jaxmarl_config(root: str, *relative: str) -> dict:
+    """JaxMARL's Hydra config files merged as its scripts merge them (the main
+    `config.yaml`, then `alg/...`), through OmegaConf, so numbers like `2e-3`
+    are floats as Hydra reads them."""
+    from omegaconf import OmegaConf
+
+    config: dict = {}
+    for path in relative:
+        loaded = OmegaConf.to_container(OmegaConf.load(f"{root}/{path}"))
+        config.update(loaded)
+    return config
+
+
+def cooperative_missing(options) -> str | None:
+    """Why the cooperative parts cannot run here, or `None`."""
+    needed = ("jaxmarl", "flax", "distrax", "hydra", "omegaconf", "flashbax")
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if options.jaxmarl_dir is None:
+        return "no --jaxmarl-dir"
+    return None
+
+
+def logged_by_callback():
+    """A wandb stand-in that keeps what JaxMARL's MAPPO logs from its callback
+    (its only record of returns), and the list it appends to."""
+    logged: list[dict] = []
+    sys.modules["wandb"] = types.SimpleNamespace(
+        init=lambda *args, **kwargs: None,
+        log=lambda row, *args, **kwargs: logged.append(
+            {key: float(np.asarray(value)) for key, value in row.items()}
+        ),
+    )
+    return logged
+
+
+def last_tenth(values) -> float:
+    values = np.asarray(values, np.float64)
+    return float(np.nanmean(values[-max(1, len(values) // 10) :]))
+
+
+def side_by_side(name, ours, theirs, theirs_returns, steps, options) -> None:
+    """`options.marl_pairs` alternating runs (eqxrl, then JaxMARL), seeds 0, 1,
+    ...: environment steps/s of each run (compile time apart), and the team
+    return over the last 10% of each run's iterations."""
+    start = time.perf_counter()
+    ours_compiled = ours.lower(jax.random.key(0)).compile()
+    ours_compile = time.perf_counter() - start
+    start = time.perf_counter()
+    # JaxMARL's code is written for JAX's default promotion rules.
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        theirs_compiled = jax.jit(theirs).lower(jax.random.PRNGKey(0)).compile()
+    theirs_compile = time.perf_counter() - start
+    print(
+        f"{name} on {MPE}: {steps:,} steps per run; compile eqxrl "
+        f"{ours_compile:.1f} s, JaxMARL {theirs_compile:.1f} s",
+        flush=True,
+    )
+    speeds: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
+    returns: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
+    for pair in range(options.marl_pairs):
+        (_, metrics), seconds = timed(ours_compiled, ours, jax.random.key(pair), True)
+        speeds["eqxrl"].append(steps / seconds)
+        returns["eqxrl"].append(last_tenth(metrics["total_episode_return"]))
+        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+            out, seconds = timed(theirs_compiled, jax.random.PRNGKey(pair))
+        speeds["JaxMARL"].append(steps / seconds)
+        returns["JaxMARL"].append(theirs_returns(out))
+        print(
+            f"  seed {pair}: eqxrl {speeds['eqxrl'][-1]:,.0f} steps/s, return "
+            f"{returns['eqxrl'][-1]:.1f}; JaxMARL {speeds['JaxMARL'][-1]:,.0f} "
+            f"steps/s, return {returns['JaxMARL'][-1]:.1f}",
+            flush=True,
+        )
+    ratios = [a / b for a, b in zip(speeds["eqxrl"], speeds["JaxMARL"])]
+    print(
+        f"{name} steps/s median eqxrl {np.median(speeds['eqxrl']):,.0f}, JaxMARL "
+        f"{np.median(speeds['JaxMARL']):,.0f}: ratio median {np.median(ratios):.2f}x "
+        f"best {max(ratios):.2f}x ({options.marl_pairs} alternating pairs)"
+    )
+    for side in ("eqxrl", "JaxMARL"):
+        values = np.asarray(returns[side])
+        print(
+            f"{name} team return, last 10% of iterations, {side}: mean "
+            f"{values.mean():.1f} (seeds {', '.join(f'{v:.1f}' for v in values)})"
+        )
+
+
+def mappo(options) -> None:
+    """Recurrent MAPPO, one network shared by the agents, critic on the world
+    state (the concatenated observations), against JaxMARL's
+    `baselines/MAPPO/mappo_rnn_mpe.py` at its `mappo_homogenous_rnn_mpe` config."""
+    why = cooperative_missing(options)
+    if why:
+        print(f"mappo: skipped ({why}); see the module docstring")
+        return
+    import functools
+
+    root = f"{options.jaxmarl_dir}/baselines/MAPPO"
+    config = jaxmarl_config(root, "config/mappo_homogenous_rnn_mpe.yaml")
+    config["TOTAL_TIMESTEPS"] = options.marl_timesteps
+    logged = logged_by_callback()
+    baseline = load_jaxmarl_baseline(f"{root}/mappo_rnn_mpe.py")
+    env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
+    # JaxMARL's networks: Dense 128 (ReLU), GRU 128, Dense 128 (ReLU), a head;
+    # one actor and one critic, the critic on the world state.
+    network = functools.partial(
+        eqxrl.nn.GRUActorCritic.from_env,
+        hidden_size=config["GRU_HIDDEN_DIM"],
+        encoder_sizes=(config["FC_DIM_SIZE"],),
+        head_sizes=(config["GRU_HIDDEN_DIM"],),
+        activation=jax.nn.relu,
+    )
+    ppo = eqxrl.PPO(
+        env=env,
+        num_envs=config["NUM_ENVS"],
+        num_steps=config["NUM_STEPS"],
+        total_timesteps=config["TOTAL_TIMESTEPS"],
+        learning_rate=config["LR"],
+        anneal_lr=config["ANNEAL_LR"],
+        num_epochs=config["UPDATE_EPOCHS"],
+        num_minibatches=config["NUM_MINIBATCHES"],
+        gamma=config["GAMMA"],
+        gae_lambda=config["GAE_LAMBDA"],
+        clip_eps=config["CLIP_EPS"],
+        ent_coef=config["ENT_COEF"],
+        vf_coef=config["VF_COEF"],
+        max_grad_norm=config["MAX_GRAD_NORM"],
+        network_factory=network,
+    )
+    ours = eqxrl.multiagent.MAPPO(ppo, share_parameters=True)
+    steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
+
+    def theirs_returns(_) -> float:
+        # The callback's rows of this run: the team's return of the last episode
+        # of every world at each update (MPELogWrapper scales every agent's reward
+        # by the number of agents, and the mean over agents is then the team's).
+        rows = logged[-ppo.num_iterations :]
+        return last_tenth([row["returns"] for row in rows])
+
+    side_by_side(
+        "MAPPO", ours, baseline.make_train(dict(config)), theirs_returns, steps, options
+    )
+
+
+def value_decomposition(options, name: str) -> None:
+    """VDN (feed-forward, `vdn_ff.py` at `vdn_ff_mpe`) or QMIX (JaxMARL's is
+    recurrent, `qmix_rnn.py` at `ql_rnn_mpe`; eqxrl's agents are feed-forward)
+    against JaxMARL's baseline."""
+    why = cooperative_missing(options)
+    if why:
+        print(f"{name.lower()}: skipped ({why}); see the module docstring")
+        return
+    root = f"{options.jaxmarl_dir}/baselines/QLearning"
+    alg = "vdn_ff_mpe.yaml" if name == "VDN" else "ql_rnn_mpe.yaml"
+    config = jaxmarl_config(root, "config/config.yaml", f"config/alg/{alg}")
+    config["TOTAL_TIMESTEPS"] = options.marl_timesteps
+    # QMIX's rollouts are whole episodes from a reset, and its logged mean over
+    # their steps counts the return once (on the last step): its greedy tests
+    # (512 worlds, every 5% of the run) are printed beside it as a check.
+    config["TEST_DURING_TRAINING"] = name == "QMIX"
+    # Its only record of returns is what it logs to wandb (the stand-in's list).
+    config["WANDB_MODE"] = "online"
+    logged = logged_by_callback()
+    script = "vdn_ff.py" if name == "VDN" else "qmix_rnn.py"
+    baseline = load_jaxmarl_baseline(f"{root}/{script}")
+    their_env, _ = baseline.env_from_config(dict(config))
+    env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
+    cls = eqxrl.multiagent.VDN if name == "VDN" else eqxrl.multiagent.QMIX
+    ours = cls.jaxmarl(env, total_timesteps=config["TOTAL_TIMESTEPS"])
+    steps = ours.num_iterations * ours.steps_per_iteration
+
+    def theirs_returns(_) -> float:
+        # The mean over agents and worlds of MPELogWrapper's returns (each agent's
+        # reward scaled by the number of agents): the team's, at every update.
+        rows = logged[-ours.num_iterations :]
+        values = [row["returned_episode_returns"] for row in rows]
+        if name == "QMIX":
+            values = np.asarray(values) * config["NUM_STEPS"]
+            tests = [row["test_returned_episode_returns"] for row in rows]
+            print(f"    (JaxMARL's greedy tests, last 10%: {last_tenth(tests):.1f})")
+        return last_tenth(values)
+
+    train = baseline.make_train(dict(config), their_env)
+    side_by_side(name, ours, train, theirs_returns, steps, options)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -503,11 +698,17 @@ def main() -> None:
     parser.add_argument("--jaxmarl-baseline", metavar="PATH", default=None)
     parser.add_argument("--jaxmarl-timesteps", type=int, default=1_000_000)
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--jaxmarl-dir", metavar="PATH", default=None)
+    parser.add_argument("--marl-timesteps", type=int, default=2_000_000)
+    parser.add_argument("--marl-pairs", type=int, default=4)
     options = parser.parse_args()
     print(f"[{jax.devices()[0].platform}, jax {jax.__version__}]")
     for part in options.parts:
         parts = {"sorrel": sorrel, "scaling": scaling, "loop": loop}
         parts["jaxmarl"] = jaxmarl_ippo
+        parts["mappo"] = mappo
+        parts["vdn"] = lambda options: value_decomposition(options, "VDN")
+        parts["qmix"] = lambda options: value_decomposition(options, "QMIX")
         parts[part](options)
 
 
