@@ -6,6 +6,7 @@ import json
 
 import equinox as eqx
 import jax
+import jax.monitoring
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -142,6 +143,32 @@ def test_unshared_agents_differ_and_shared_ones_are_one_copy():
     # One copy: the network's own shapes, no agent axis.
     expected = algorithm_network_shapes(mappo(share_parameters=True))
     assert [leaf.shape for leaf in parameters(shared)] == expected
+
+
+@pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
+def test_a_run_is_one_program_compiled_once(share_parameters):
+    """Every agent's learner (stacked or shared) is in one compiled program,
+    which a second seed reuses."""
+    compiled = []
+    listening = [True]
+
+    def listen(event, seconds, **_):
+        if listening[0] and event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        algorithm = mappo(share_parameters=share_parameters, total_timesteps=2 * 8)
+        algorithm.train(jr.key(0))
+        first = len(compiled)
+        algorithm.train(jr.key(1))
+    finally:
+        listening[0] = False
+    assert first >= 1
+    assert len(compiled) == first  # the second seed compiles nothing
+    # One program: its lowering has one entry point, whatever the agents.
+    text = algorithm.lower(jr.key(0)).as_text()
+    assert text.count("func.func public @main") == 1
 
 
 def algorithm_network_shapes(algorithm):
