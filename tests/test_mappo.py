@@ -352,3 +352,34 @@ def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys)
     _, timestep = env.reset(jr.key(0))
     _, action = policy.step(policy.initial_carry(), timestep.observation, jr.key(1))
     assert action.shape == (2,)
+
+
+# --------------------------------------------------------------------------------------
+# Heterogeneous agents
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mappo_on_agents_that_differ_never_takes_a_padding_action():
+    """Speaker-listener: a speaker with 3 actions and a listener with 5, padded to
+    5 with the speaker's last two masked off by `from_jaxmarl`; observations of
+    3 and 11 padded to 11. MAPPO (critic on the concatenated observations) trains
+    on it, and no agent ever takes a padding action."""
+    pytest.importorskip("jaxmarl")
+    env = eqxrl.envs.from_jaxmarl("MPE_simple_speaker_listener_v4")
+    assert env.action_space.num_values == 5
+    algorithm = MAPPO(
+        eqxrl.PPO(env=env, num_envs=4, num_steps=32, total_timesteps=4 * 32 * 3),
+        share_parameters=True,
+        critic_input="concatenated",
+    )
+    state, metrics = algorithm.train(jr.key(0))
+    assert np.isfinite(np.asarray(metrics["total_loss"])).all()
+    assert np.asarray(metrics["invalid_action_count"]).sum() == 0
+    policy = algorithm.policy(state)
+    _, timestep = env.reset(jr.key(1))
+    keys = jr.split(jr.key(2), 256)
+    actions = jax.vmap(lambda k: policy(timestep.observation, k, timestep.action_mask))(
+        keys
+    )
+    assert int(np.asarray(actions[:, 0]).max()) < 3  # the speaker's own 3 actions
