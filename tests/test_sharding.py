@@ -1,6 +1,6 @@
 """Training over several devices: environments split over a mesh's `"envs"` axis
 (`train(key, mesh=mesh)`) give the run of one device (SAC's running observation
-statistics and independent learners included); runs split over `"seeds"`
+statistics, independent learners and QMIX's joint replay buffer included); runs split over `"seeds"`
 (`train_seeds`) give the runs of the one-device vmap without communicating; the
 Trainer over a mesh writes sharded checkpoints that resume exactly and load on one
 device. Devices are simulated (`--xla_force_host_platform_device_count=8`) in a
@@ -301,6 +301,30 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
             "timestep_spec": spec(learners.timestep),
             "weight_spec": spec(eqx.filter(parameters(learners), eqx.is_array)),
         }
+
+    # QMIX: one replay buffer of joint transitions, `[capacity, num_envs, ...]`
+    # rows split over the devices with the worlds (minibatches gather from every
+    # device); agents, mixer and their targets on every device.
+    dqn = eqxrl.DQN(
+        env=world, num_envs=4, train_frequency=4, total_timesteps=4 * 4 * 4,
+        buffer_size=64, learning_starts=16, batch_size=16, hidden_sizes=(16,),
+        target_update_interval=2,
+    )
+    qmix = eqxrl.multiagent.QMIX(dqn, embedding_size=8, hypernet_hidden_size=16)
+    initial = eqx.filter_jit(qmix.init)(jax.random.key(0))
+    reference, _ = qmix.train(jax.random.key(0))
+    state, _ = qmix.train(jax.random.key(0), mesh=mesh((2,), ("envs",)))
+    results["QMIX"] = {
+        "difference": difference(reference, state),
+        "trained": difference(
+            (initial.agents, initial.mixer), (state.agents, state.mixer)
+        ),
+        "num_updates": int(state.num_updates),
+        "env_spec": spec(state.env_state),
+        "timestep_spec": spec(state.timestep),
+        "buffer_spec": spec(state.buffer.transitions),
+        "weight_spec": spec(eqx.filter((state.agents, state.mixer), eqx.is_array)),
+    }
     print(json.dumps(results))
     """
 )
@@ -309,8 +333,8 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.compile_bound
 def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
-    """SAC with `normalize_observations` over 4 devices and independent PPO and
-    MAPPO over 2 give the one-device runs; SAC's statistics are those of every
+    """SAC with `normalize_observations` over 4 devices and independent PPO,
+    MAPPO and QMIX over 2 give the one-device runs; SAC's statistics are those of every
     environment's observations, not of one device's."""
     results = run_script(SAC_AND_INDEPENDENT_SCRIPT, tmp_path)
 
@@ -345,6 +369,14 @@ def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
     for name in ("PPO", "MAPPO"):
         statistics = results[f"Independent {name}"]["statistics_difference"]
         assert statistics < 1e-5, (name, statistics)
+
+    qmix = results["QMIX"]
+    assert qmix["env_spec"] == "('envs',)", qmix
+    assert qmix["timestep_spec"] == "('envs',)", qmix
+    assert qmix["buffer_spec"] == "(None, 'envs')", qmix
+    assert qmix["weight_spec"] == "()", qmix
+    assert qmix["num_updates"] > 0 and qmix["trained"] > 1e-4, qmix
+    assert qmix["difference"] < 1e-4, qmix
 
 
 def test_a_mesh_without_an_envs_axis_is_refused():

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..algorithms import PPO, algorithm_names
+from ..algorithms import DQN, PPO, algorithm_names
 from ..envs import make, num_agents_of, registered_names
-from ..multiagent import MAPPO, Independent
+from ..multiagent import MAPPO, QMIX, VDN, Independent
 from ..nn import GRUActorCritic, LSTMActorCritic
 from ._checkpoint import (
     CheckpointError,
@@ -56,8 +56,11 @@ _RUN_OPTIONS = (
     "distributed",
     "share_parameters",
     "critic_input",
+    "mixer",
     "network",
 )
+# `--mixer`: the value decomposition that trains DQN's agents as a team.
+_MIXERS = {"vdn": VDN, "qmix": QMIX}
 # `--network`: PPO's network_factory (`mlp` is PPO's default feed-forward network).
 # Named by their factories, so config.json and checkpoint headers name them too and
 # `eqxrl eval` rebuilds them.
@@ -325,6 +328,16 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         "independent PPO, each critic reading its agent's observation)",
     )
     run.add_argument(
+        "--mixer",
+        choices=tuple(_MIXERS),
+        default=argparse.SUPPRESS,
+        help="multi-agent environments with DQN: train the agents as a team on the "
+        "team reward, their values summed (vdn: eqxrl.multiagent.VDN) or mixed by "
+        "a monotonic network reading the global state (qmix: "
+        "eqxrl.multiagent.QMIX) (default: independent DQN, each agent on its own "
+        "reward)",
+    )
+    run.add_argument(
         "--network",
         choices=tuple(_NETWORKS),
         default=argparse.SUPPRESS,
@@ -416,6 +429,7 @@ def _train(argv: Sequence[str]) -> int:
     merged.pop("distributed", None)
     share_parameters = bool(merged.pop("share_parameters", False))
     critic_input = merged.pop("critic_input", None)
+    mixer = merged.pop("mixer", None)
     network = _network_factory(merged.pop("network", "mlp"), cls, str(algo), merged)
     if network is not None:
         merged["network_factory"] = network
@@ -440,7 +454,11 @@ def _train(argv: Sequence[str]) -> int:
     kwargs.update(merged)
     try:
         algorithm = cls(**kwargs)
-        if num_agents_of(env) is not None and critic_input is not None:
+        if num_agents_of(env) is not None and mixer is not None:
+            algorithm = _value_decomposition(
+                algorithm, mixer, share_parameters, critic_input
+            )
+        elif num_agents_of(env) is not None and critic_input is not None:
             if cls is not PPO:
                 raise ValueError(
                     f"--critic-input: a centralised critic is MAPPO's, which trains "
@@ -454,8 +472,14 @@ def _train(argv: Sequence[str]) -> int:
         elif num_agents_of(env) is not None:
             # One learner per agent (or one shared), trained together.
             algorithm = Independent(algorithm, share_parameters=share_parameters)
-        elif share_parameters or critic_input is not None:
-            flag = "--share-parameters" if share_parameters else "--critic-input"
+        elif share_parameters or critic_input is not None or mixer is not None:
+            flag = (
+                "--share-parameters"
+                if share_parameters
+                else "--critic-input"
+                if critic_input is not None
+                else f"--mixer {mixer}"
+            )
             raise ValueError(f"{flag}: {env_id} has a single agent; drop the flag.")
     except (ValueError, TypeError) as error:
         raise _CommandError(str(error)) from None
@@ -478,6 +502,28 @@ def _train(argv: Sequence[str]) -> int:
         raise _CommandError(str(error)) from None
     trainer.fit(seed, resume=resume)  # it says what it wrote
     return 0
+
+
+def _value_decomposition(
+    algorithm: Any, mixer: Any, share_parameters: bool, critic_input: Any
+) -> VDN | QMIX:
+    """`--mixer`'s VDN or QMIX around the DQN the other flags configured, refused
+    beside another algorithm and beside `--critic-input` (MAPPO's)."""
+    name = str(mixer).strip().lower()
+    if name not in _MIXERS:
+        raise ValueError(f"--mixer {mixer!r}: choose among {', '.join(_MIXERS)}.")
+    if not isinstance(algorithm, DQN):
+        raise ValueError(
+            f"--mixer {name}: value decomposition trains DQN's agents as a team; "
+            f"{type(algorithm).__name__} does not take a mixer. Use --algo dqn, or "
+            "drop --mixer."
+        )
+    if critic_input is not None:
+        raise ValueError(
+            f"--mixer {name} and --critic-input: a mixer is for DQN's agents, a "
+            "centralised critic for MAPPO's (--algo ppo); keep one."
+        )
+    return _MIXERS[name](algorithm, share_parameters=share_parameters)
 
 
 def _network_factory(
