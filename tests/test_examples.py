@@ -28,7 +28,9 @@ NEEDS_EXTRA = {
     "gymnax_env_ppo.py": "gymnax",
     "jaxmarl_ippo.py": "jaxmarl",
     "jumanji_ppo.py": "jumanji",
+    "mappo_mpe.py": "jaxmarl",
     "purejaxrl_migration.py": "gymnax",
+    "qmix_mpe.py": "jaxmarl",
     "sb3_migration.py": "gymnasium",
 }
 # Packages of the other extras: not in the venv of `make demo`.
@@ -239,3 +241,50 @@ def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(
     # `eqxrl eval RUN`, as after `make demo`: a return per game of -1 (lost at once)
     # plus the food eaten.
     assert -1.0 <= eval_return(tmp_path, capsys) <= 15.0
+
+
+def import_jaxmarl_or_skip() -> None:
+    streams = sys.stdout, sys.stderr
+    pytest.importorskip("jaxmarl")
+    # With brax installed, importing jaxmarl resets both to the terminal's.
+    sys.stdout, sys.stderr = streams
+
+
+def team_returns(output: str) -> list[float]:
+    """The team returns of the training curve an MPE example prints."""
+    curve = re.findall(rf"^\s*[\d,]+ steps: team return\s+{NUMBER}$", output, re.M)
+    return [float(value) for value in curve]
+
+
+@pytest.mark.slow
+def test_mappo_example_trains_recurrent_mappo_on_mpe(run_script):
+    import_jaxmarl_or_skip()
+    output = run_script(
+        EXAMPLES / "mappo_mpe.py",
+        *("--total-timesteps", "2048", "--num-envs", "4", "--num-steps", "32"),
+        *("--hidden-size", "8"),
+    )
+    assert "3 agents, observation (18,), global state (54,)" in output, output
+    # 16 iterations of 4 worlds x 32 steps; a 25-step MPE episode scores below 0.
+    curve = team_returns(output)
+    assert len(curve) == 10, output
+    (greedy,) = numbers(rf"greedy: team return {NUMBER} \(32 episodes\)", output)
+    for value in (*curve, greedy):
+        assert -1000.0 < value < 0.0, output
+
+
+@pytest.mark.slow
+def test_qmix_example_trains_qmix_on_mpe(run_script):
+    import_jaxmarl_or_skip()
+    output = run_script(
+        EXAMPLES / "qmix_mpe.py",
+        *("--total-timesteps", "2080", "--learning-starts", "416"),
+        *("--batch-size", "32", "--buffer-size", "1040"),
+    )
+    assert "3 agents, observation (18,), global state (54,)" in output, output
+    # 10 iterations of 8 worlds x 26 steps, updates from the third on.
+    curve = team_returns(output)
+    assert len(curve) == 10, output
+    (greedy,) = numbers(rf"greedy: team return {NUMBER} \(32 episodes\)", output)
+    for value in (*curve, greedy):
+        assert -1000.0 < value < 0.0, output

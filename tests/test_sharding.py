@@ -1,10 +1,11 @@
 """Training over several devices: environments split over a mesh's `"envs"` axis
 (`train(key, mesh=mesh)`) give the run of one device (SAC's running observation
-statistics, independent learners and QMIX's joint replay buffer included); runs split over `"seeds"`
-(`train_seeds`) give the runs of the one-device vmap without communicating; the
-Trainer over a mesh writes sharded checkpoints that resume exactly and load on one
-device. Devices are simulated (`--xla_force_host_platform_device_count=8`) in a
-subprocess, so the rest of the suite keeps its one CPU device."""
+statistics, independent learners and QMIX's joint replay buffer included); runs
+split over `"seeds"` (`train_seeds`) give the runs of the one-device vmap without
+communicating; the Trainer over a mesh writes sharded checkpoints that resume
+exactly and load on one device. Devices are simulated
+(`--xla_force_host_platform_device_count=8`) in a subprocess, so the rest of the
+suite keeps its one CPU device."""
 
 import importlib.util
 import json
