@@ -18,7 +18,9 @@ world state of its own, every agent's observation concatenated, as JaxMARL's
 JaxMARL's settings: 16 worlds x 128 steps per iteration, learning rate 2e-3 decayed
 linearly, 4 epochs of 4 minibatches (of whole sequences), gamma 0.99, GAE lambda
 0.95, clip 0.2, entropy 0.01, value 0.5, gradient norm clipped to 0.5, layers of
-128 with ReLU around the GRU.
+128 with ReLU around the GRU. The default run is 204,800 world steps (JaxMARL's is
+2M): on seed 0 the team's return, about -85 for random agents, goes from -79 (the
+first tenth of the run) to -60 (the last), and the greedy agents score -59.
 """
 
 import argparse

@@ -315,7 +315,18 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
     initial = eqx.filter_jit(qmix.init)(jax.random.key(0))
     reference, _ = qmix.train(jax.random.key(0))
     state, _ = qmix.train(jax.random.key(0), mesh=mesh((2,), ("envs",)))
+    # Where the state is placed and constrained (the returned state's shardings are
+    # XLA's choice: it may replicate a small leaf).
+    placement = qmix.state_shardings(initial, mesh((2,), ("envs",)))
     results["QMIX"] = {
+        "placed_buffer_specs": sorted(
+            {str(tuple(s.spec)) for s in jax.tree.leaves(placement.buffer.transitions)}
+        ),
+        "placed_weight_specs": sorted(
+            {str(tuple(s.spec)) for s in jax.tree.leaves(
+                (placement.agents, placement.mixer, placement.target_mixer)
+            )}
+        ),
         "difference": difference(reference, state),
         "trained": difference(
             (initial.agents, initial.mixer), (state.agents, state.mixer)
@@ -375,6 +386,8 @@ def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
     assert qmix["env_spec"] == "('envs',)", qmix
     assert qmix["timestep_spec"] == "('envs',)", qmix
     assert qmix["buffer_spec"] == "(None, 'envs')", qmix
+    assert qmix["placed_buffer_specs"] == ["(None, 'envs')"], qmix
+    assert qmix["placed_weight_specs"] == ["()"], qmix
     assert qmix["weight_spec"] == "()", qmix
     assert qmix["num_updates"] > 0 and qmix["trained"] > 1e-4, qmix
     assert qmix["difference"] < 1e-4, qmix

@@ -437,7 +437,8 @@ def test_team_return_grows_on_treasure_hunt(algorithm_class):
 
 # make("TreasureHunt-v0", **WORLD): a 7x7 world, 3x3 views of 2 frames.
 WORLD = dict(height=7, width=7, vision_radius=1, num_frames=2, spawn_probability=0.05)
-# 4 iterations of 8 steps in 2 worlds; updates from the second iteration on.
+# 4 iterations of 8 steps in 2 worlds, one update in each; the targets are copied
+# at the third, so that at iteration 2 (where a run stops) they differ.
 TINY_TEAM = dict(
     num_envs=2,
     total_timesteps=2 * 8 * 4,
@@ -445,7 +446,7 @@ TINY_TEAM = dict(
     buffer_size=64,
     learning_starts=16,
     batch_size=8,
-    target_update_interval=2,
+    target_update_interval=3,
     hidden_sizes=(16,),
 )
 
@@ -502,7 +503,7 @@ def test_resumes_exactly_through_the_trainer(
         seed=1, resume=True
     )
     assert metrics["episode_return"].shape == (2, 2)  # iterations 3-4, per agent
-    assert int(resumed.num_updates) > 0 and int(resumed.buffer.size) == 4 * 8
+    assert int(resumed.num_updates) == 4 and int(resumed.buffer.size) == 4 * 8
     for a, b in zip(arrays(resumed), arrays(straight), strict=True):
         np.testing.assert_array_equal(a, b)
     loaded, rebuilt = eqxrl.load_checkpoint(tmp_path / "resumed")
@@ -515,19 +516,26 @@ def test_resumes_exactly_through_the_trainer(
 @pytest.mark.compile_bound
 @pytest.mark.parametrize(("mixer", "algorithm_class"), [("vdn", VDN), ("qmix", QMIX)])
 def test_the_command_line_trains_a_team(tmp_path, capsys, mixer, algorithm_class):
-    """`eqxrl train TreasureHunt-v0 --algo dqn --mixer vdn|qmix` trains VDN or QMIX
-    (config.json names the class; its checkpoint rebuilds it, one network per agent
-    unless `--share-parameters`); `eqxrl eval` reports every agent; the policy acts
-    for both."""
+    """`eqxrl train TreasureHunt-v0 --algo dqn --mixer vdn|qmix` (for VDN, from a
+    config file) trains VDN or QMIX (config.json names the class; its checkpoint
+    rebuilds it, one network per agent unless `--share-parameters`); `eqxrl eval`
+    reports every agent; the policy acts for both."""
     from eqxrl.training import main
 
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY_TEAM.items()]
     flags = [flag.replace("(16,)", "16") for flag in flags]
     flags += [f"--env-option={k}={v}" for k, v in WORLD.items()]
-    share = ["--share-parameters"] if algorithm_class is QMIX else []
+    if algorithm_class is QMIX:
+        share = ["--share-parameters"]
+        run = ["--algo", "dqn", "--mixer", mixer, *share]
+    else:
+        share = []
+        config_file = tmp_path / "team.toml"
+        config_file.write_text(f'algo = "dqn"\nmixer = "{mixer}"\n')
+        run = ["--config", str(config_file)]
     out = tmp_path / "cli"
-    argv = ["train", "TreasureHunt-v0", "--algo", "dqn", "--mixer", mixer, *share]
-    argv += [*flags, "--gif-episodes=0", "--out", str(out), "--log", "csv"]
+    argv = ["train", "TreasureHunt-v0", *run, *flags, "--gif-episodes=0"]
+    argv += ["--out", str(out), "--log", "csv"]
     assert main(argv) == 0
     config = json.loads((out / "config.json").read_text())["algorithm"]
     assert config["algorithm"] == f"eqxrl.multiagent.{algorithm_class.__name__}"
