@@ -583,6 +583,40 @@ def side_by_side(name, ours, theirs, theirs_returns, steps, options) -> None:
         )
 
 
+def learning_curves(name, ours, theirs, logged, theirs_return, options) -> None:
+    """The learning bar: `options.marl_seeds` seeds vmapped on both sides (one
+    program each, as JaxMARL's scripts vmap `NUM_SEEDS`); the team return over
+    the last 10% of iterations per seed, their mean and range. JaxMARL's rows come
+    from its logging callback, which vmap calls once per seed in seed order."""
+    seeds = options.marl_seeds
+    keys = jax.random.split(jax.random.key(1000), seeds)
+    start = time.perf_counter()
+    _, metrics = block(eqx.filter_jit(eqx.filter_vmap(ours.train))(keys))
+    ours_seconds = time.perf_counter() - start
+    eqxrl_returns = [
+        last_tenth(curve) for curve in np.asarray(metrics["total_episode_return"])
+    ]
+    logged.clear()
+    start = time.perf_counter()
+    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        keys = jax.random.split(jax.random.PRNGKey(1000), seeds)
+        block(jax.jit(jax.vmap(theirs))(keys))
+    theirs_seconds = time.perf_counter() - start
+    theirs_returns = [theirs_return(logged[seed::seeds]) for seed in range(seeds)]
+    for side, values, seconds in (
+        ("eqxrl", eqxrl_returns, ours_seconds),
+        ("JaxMARL", theirs_returns, theirs_seconds),
+    ):
+        values = np.asarray(values)
+        print(
+            f"{name} learning, {seeds} seeds vmapped ({seconds:.0f} s with "
+            f"compilation), team return over the last 10%, {side}: mean "
+            f"{values.mean():.1f}, range {values.min():.1f} to {values.max():.1f} "
+            f"(seeds {', '.join(f'{v:.1f}' for v in values)})",
+            flush=True,
+        )
+
+
 def mappo(options) -> None:
     """Recurrent MAPPO, one network shared by the agents, critic on the world
     state (the concatenated observations), against JaxMARL's
@@ -635,9 +669,18 @@ def mappo(options) -> None:
         rows = logged[-ppo.num_iterations :]
         return last_tenth([row["returns"] for row in rows])
 
-    side_by_side(
-        "MAPPO", ours, baseline.make_train(dict(config)), theirs_returns, steps, options
-    )
+    theirs = baseline.make_train(dict(config))
+    if options.marl_seeds:
+        learning_curves(
+            "MAPPO",
+            ours,
+            theirs,
+            logged,
+            lambda rows: last_tenth([row["returns"] for row in rows]),
+            options,
+        )
+        return
+    side_by_side("MAPPO", ours, theirs, theirs_returns, steps, options)
 
 
 def value_decomposition(options, name: str) -> None:
@@ -679,6 +722,15 @@ def value_decomposition(options, name: str) -> None:
         return last_tenth(values)
 
     train = baseline.make_train(dict(config), their_env)
+    if options.marl_seeds:
+
+        def rows_return(rows) -> float:
+            values = [row["returned_episode_returns"] for row in rows]
+            scale = config["NUM_STEPS"] if name == "QMIX" else 1
+            return last_tenth(np.asarray(values) * scale)
+
+        learning_curves(name, ours, train, logged, rows_return, options)
+        return
     side_by_side(name, ours, train, theirs_returns, steps, options)
 
 
@@ -701,6 +753,7 @@ def main() -> None:
     parser.add_argument("--jaxmarl-dir", metavar="PATH", default=None)
     parser.add_argument("--marl-timesteps", type=int, default=2_000_000)
     parser.add_argument("--marl-pairs", type=int, default=4)
+    parser.add_argument("--marl-seeds", type=int, default=0)
     options = parser.parse_args()
     print(f"[{jax.devices()[0].platform}, jax {jax.__version__}]")
     for part in options.parts:
