@@ -1,6 +1,6 @@
-"""Independent learners (`eqxrl.multiagent`): Sorrel's experiment on Treasure Hunt,
-worlds x agents scaling, the one program against a Python loop over agents, and
-IPPO against JaxMARL's own IPPO baseline.
+"""Multi-agent learners (`eqxrl.multiagent`): Sorrel's experiment on Treasure Hunt,
+worlds x agents scaling, the one program against a Python loop over agents, IPPO
+against JaxMARL's own IPPO baseline, and MAPPO, VDN and QMIX against JaxMARL's.
 
 Parts (`--parts`, default all); compile time is reported apart from run time:
 
@@ -35,6 +35,21 @@ Parts (`--parts`, default all); compile time is reported apart from run time:
   process; steps/s (target: eqxrl at least 1.2x) and the team's return over the
   last 10 iterations. Skipped, saying why, without the path or the packages.
 
+- `mappo`, `vdn`, `qmix`: eqxrl's cooperative learners against JaxMARL's own
+  baselines on `MPE_simple_spread_v3` (`baselines/MAPPO/mappo_rnn_mpe.py` at its
+  `mappo_homogenous_rnn_mpe` config, `baselines/QLearning/vdn_ff.py` at
+  `vdn_ff_mpe`, `baselines/QLearning/qmix_rnn.py` at `ql_rnn_mpe`), run unmodified
+  from a clone of https://github.com/FLAIROx/JaxMARL (`--jaxmarl-dir`; they need
+  `pip install distrax hydra-core flashbax` beside jaxmarl), with
+  `--marl-timesteps` steps per run: `--marl-pairs` alternating single-seed runs
+  (steps/s, compile time apart, and each run's team return over the last 10% of its
+  iterations), or with `--marl-seeds N` the learning bar instead (N seeds vmapped
+  on both sides, as JaxMARL's scripts vmap theirs; run it with `NPROC=8`: JaxMARL's
+  orthogonal initialization under vmap is a batched LAPACK call, which can wait
+  forever for XLA's CPU pool on a 2-core machine). JaxMARL's returns are what its
+  scripts log through wandb (a stand-in keeps them). Skipped, saying why, without
+  the clone or the packages.
+
     .venv/bin/python benchmarks/multiagent.py
     .venv/bin/python benchmarks/multiagent.py --parts jaxmarl \\
         --jaxmarl-baseline ../JaxMARL/baselines/IPPO/ippo_ff_mpe.py
@@ -42,6 +57,8 @@ Parts (`--parts`, default all); compile time is reported apart from run time:
         --curve docs/assets/treasure-hunt-iqn.png
     .venv/bin/python benchmarks/multiagent.py --epochs 3 --seeds 2 --worlds 1 4 \\
         --agents 2 3 --steps 5 --loop-agents 2 3 --loop-iterations 2
+    .venv/bin/python benchmarks/multiagent.py --parts mappo vdn qmix \\
+        --jaxmarl-dir ../JaxMARL --marl-timesteps 300000 --marl-pairs 5
 """
 
 import argparse
