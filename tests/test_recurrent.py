@@ -214,3 +214,77 @@ def test_counting_task_is_solved_by_a_gru_and_not_without_memory():
     feed_forward = eqxrl.PPO(env=counting_env(), **options)
     state, _ = eqx.filter_jit(feed_forward.train)(jr.key(0))
     assert not bool(jnp.any(counting_success(feed_forward, state, jr.key(3))))
+
+
+@pytest.mark.parametrize("network_type", ["gru", "lstm"])
+def test_unroll_is_equinox_s_cell_step_by_step(network_type):
+    # The unroll computes the cells' input projections for the whole sequence
+    # before its loop; its hidden states must still be what eqx.nn.GRUCell /
+    # eqx.nn.LSTMCell give one step at a time, resets included, for the actor's
+    # and the critic's cores of an asymmetric network.
+    space = eqxrl.envs.Dict(
+        {
+            "policy": Box(low=-1.0, high=1.0, shape=(3,)),
+            "privileged": Box(low=-1.0, high=1.0, shape=(4,)),
+        }
+    )
+    network_class = {
+        "gru": eqxrl.nn.GRUActorCritic,
+        "lstm": eqxrl.nn.LSTMActorCritic,
+    }[network_type]
+    network = network_class(
+        space,
+        Discrete(2),
+        hidden_size=8,
+        encoder_sizes=(6,),
+        actor_keys=("policy",),
+        critic_keys=("privileged",),
+        key=jr.key(0),
+    )
+    num_steps = 7
+    keys = jr.split(jr.key(1), 2)
+    observations = {
+        "policy": jr.normal(keys[0], (num_steps, 3)),
+        "privileged": jr.normal(keys[1], (num_steps, 4)),
+    }
+    episode_start = jnp.array([True, False, False, True, False, False, False])
+    start_carry = jax.tree.map(lambda x: x + 0.5, network.initial_carry())
+
+    def equinox_step(core, carry, observation):
+        features = core.encode(observation)
+        if isinstance(core.cell, eqx.nn.LSTMCell):
+            hidden, cell = core.cell(features, (carry.hidden, carry.cell))
+            return eqxrl.nn.LSTMCarry(hidden=hidden, cell=cell)
+        return eqxrl.nn.GRUCarry(hidden=core.cell(features, carry.hidden))
+
+    expected = []
+    carry = start_carry
+    for t in range(num_steps):
+        if episode_start[t]:
+            carry = network.initial_carry()
+        observation = jax.tree.map(lambda x: x[t], observations)
+        carry = eqxrl.nn.ActorCriticCarry(
+            actor=equinox_step(network.actor_core, carry.actor, observation),
+            critic=equinox_step(network.critic_core, carry.critic, observation),
+        )
+        expected.append(carry)
+
+    final_carry, _, values = network.unroll(start_carry, observations, episode_start)
+    assert jnp.allclose(final_carry.actor.hidden, expected[-1].actor.hidden, atol=1e-6)
+    assert jnp.allclose(
+        final_carry.critic.hidden, expected[-1].critic.hidden, atol=1e-6
+    )
+    if network_type == "lstm":
+        assert jnp.allclose(
+            final_carry.critic.cell, expected[-1].critic.cell, atol=1e-6
+        )
+    stepped_values = []
+    carry = start_carry
+    for t in range(num_steps):
+        if episode_start[t]:
+            carry = network.initial_carry()
+        observation = jax.tree.map(lambda x: x[t], observations)
+        carry, _, value = network.step(carry, observation)
+        assert jnp.allclose(carry.actor.hidden, expected[t].actor.hidden, atol=1e-6)
+        stepped_values.append(value)
+    assert jnp.allclose(values, jnp.stack(stepped_values), atol=1e-5)

@@ -244,10 +244,41 @@ class _Core(eqx.Module):
     def recur(
         self, carry: GRUCarry | LSTMCarry, features: Float[Array, " features"]
     ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
+        """One step of the cell (as `eqx.nn.GRUCell` / `eqx.nn.LSTMCell`)."""
+        return self.recur_from_gates(carry, self.input_gates(features))
+
+    def input_gates(
+        self, features: Float[Array, "*num_steps features"]
+    ) -> Float[Array, "*num_steps gates"]:
+        """The cell's input projection (`weight_ih @ x + bias`) of one step or of
+        a whole sequence: the part of its step that does not depend on the
+        carry."""
+        gates = features @ self.cell.weight_ih.T
+        if self.cell.use_bias:
+            gates = gates + jnp.broadcast_to(self.cell.bias, gates.shape)
+        return gates
+
+    def recur_from_gates(
+        self, carry: GRUCarry | LSTMCarry, gates: Float[Array, " gates"]
+    ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
+        """`recur` given `input_gates` of its features: the arithmetic of
+        `eqx.nn.GRUCell` and `eqx.nn.LSTMCell`, less their input projection."""
+        cell = self.cell
         if isinstance(carry, LSTMCarry):
-            hidden, cell = self.cell(features, (carry.hidden, carry.cell))
-            return LSTMCarry(hidden=hidden, cell=cell), hidden
-        hidden = self.cell(features, carry.hidden)
+            i, f, g, o = jnp.split(gates + cell.weight_hh @ carry.hidden, 4)
+            memory = jax.nn.sigmoid(f) * carry.cell + jax.nn.sigmoid(i) * jnp.tanh(g)
+            hidden = jax.nn.sigmoid(o) * jnp.tanh(memory)
+            return LSTMCarry(hidden=hidden, cell=memory), hidden
+        input_reset, input_update, input_new = jnp.split(gates, 3)
+        hidden_reset, hidden_update, hidden_new = jnp.split(
+            cell.weight_hh @ carry.hidden, 3
+        )
+        if cell.use_bias:
+            hidden_new = hidden_new + cell.bias_n
+        reset = jax.nn.sigmoid(input_reset + hidden_reset)
+        update = jax.nn.sigmoid(input_update + hidden_update)
+        new = jnp.tanh(input_new + reset * hidden_new)
+        hidden = new + update * (carry.hidden - new)
         return GRUCarry(hidden=hidden), hidden
 
     def unroll(
@@ -256,15 +287,45 @@ class _Core(eqx.Module):
         observations: PyTree[Array],
         episode_start: Bool[Array, " num_steps"],
     ) -> tuple[GRUCarry | LSTMCarry, Float[Array, "num_steps hidden_size"]]:
-        """The cell over a sequence; the encoder runs on all of it at once."""
-        features = jax.vmap(self.encode)(observations)
-        initial = self.initial_carry()
+        """The cell over a sequence (see `_unroll_cores`)."""
+        (carry,), (hidden,) = _unroll_cores(
+            (self,), (carry,), observations, episode_start
+        )
+        return carry, hidden
 
-        def body(carry, inputs):
-            features, start = inputs
-            return self.recur(reset_carry(carry, initial, start), features)
 
-        return jax.lax.scan(body, carry, (features, episode_start))
+# Loop steps per iteration of the scans over a sequence: fewer, larger loop bodies
+# (less loop overhead in the forward pass and in backpropagation through time).
+_UNROLL_STEPS = 4
+
+
+def _unroll_cores(
+    cores: tuple[_Core, ...],
+    carries: tuple[GRUCarry | LSTMCarry, ...],
+    observations: PyTree[Array],
+    episode_start: Bool[Array, " num_steps"],
+) -> tuple[tuple[GRUCarry | LSTMCarry, ...], tuple[Array, ...]]:
+    """Cores (an actor's and a critic's) over one sequence in a single loop.
+
+    What does not depend on the carry runs on the whole sequence at once, outside
+    the loop: the encoders, the MLPs and the cells' input projections (so their
+    gradients are one matrix product each, not one per step). The loop holds only
+    the cells' recurrent products, `unroll`ed `_UNROLL_STEPS` steps at a time.
+    """
+    gates = tuple(
+        core.input_gates(jax.vmap(core.encode)(observations)) for core in cores
+    )
+    initials = tuple(core.initial_carry() for core in cores)
+
+    def body(carries, inputs):
+        gates, start = inputs
+        outputs = [
+            core.recur_from_gates(reset_carry(carry, initial, start), gate)
+            for core, carry, initial, gate in zip(cores, carries, initials, gates)
+        ]
+        return tuple(c for c, _ in outputs), tuple(h for _, h in outputs)
+
+    return jax.lax.scan(body, carries, (gates, episode_start), unroll=_UNROLL_STEPS)
 
 
 def _core(
@@ -459,18 +520,20 @@ class AbstractCellActorCritic(AbstractRecurrentActorCritic):
         MaskedCategorical | DiagonalGaussian,
         Float[Array, " num_steps"],
     ]:
-        """As `step` in a loop, with the encoder and the heads run on the whole
-        sequence at once: only the cell steps one observation at a time."""
+        """As `step` in a loop, with the encoders, the cells' input projections
+        and the heads run on the whole sequence at once: only the cells'
+        recurrent products (actor's and critic's in one loop) step one
+        observation at a time."""
         check_carry(type(self).__name__, carry, self.initial_carry())
         if self.critic_core is None:
             carry, features = self.actor_core.unroll(carry, observations, episode_start)
             critic_features = features
         else:
-            actor_carry, features = self.actor_core.unroll(
-                carry.actor, observations, episode_start
-            )
-            critic_carry, critic_features = self.critic_core.unroll(
-                carry.critic, observations, episode_start
+            (actor_carry, critic_carry), (features, critic_features) = _unroll_cores(
+                (self.actor_core, self.critic_core),
+                (carry.actor, carry.critic),
+                observations,
+                episode_start,
             )
             carry = ActorCriticCarry(actor=actor_carry, critic=critic_carry)
         distributions, values = jax.vmap(self._heads)(
