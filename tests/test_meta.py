@@ -161,6 +161,25 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def test_no_merge_conflict_markers_in_sources_or_docs():
+    root = Path(__file__).parent.parent
+    markers = ("<<<<<<< ", ">>>>>>> ", "=======\n")
+    files = [
+        path
+        for folder in ("src", "docs", "tests", "benchmarks", "examples")
+        for path in (root / folder).rglob("*")
+        if path.suffix in {".py", ".md", ".yml", ".yaml", ".toml"}
+    ]
+    files += [root / "README.md", root / "CHANGELOG.md", root / "mkdocs.yml"]
+    conflicted = [
+        f"{path.relative_to(root)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(True), 1)
+        if line.startswith(markers)
+    ]
+    assert not conflicted, f"merge conflict markers at {conflicted}"
+
+
 def test_find_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

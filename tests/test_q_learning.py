@@ -198,6 +198,26 @@ def test_truncation_bootstraps_from_the_final_observation():
     np.testing.assert_array_equal(discount, 0.5)  # truncation still bootstraps
 
 
+def test_truncation_ends_the_target_without_bootstrap_when_asked():
+    env = eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 5)
+    dqn = eqxrl.DQN(
+        env=env,
+        **{**SMALL, "num_envs": 2, "train_frequency": 12},
+        bootstrap_on_truncation=False,
+    )
+    state = dqn.init(jr.key(0))
+    keys = jr.split(jr.key(1), 3)
+    _, _, buffer, _ = eqx.filter_jit(dqn._collect)(state, *keys)  # 12 steps
+    data = buffer.transitions
+    terminated = np.asarray(data.terminated)[:12]
+    assert terminated[[4, 9]].all() and terminated.sum() == 4  # 2 worlds x 2
+    assert not np.asarray(data.truncated)[:12].any()
+    sample = buffer.gather(jnp.arange(24), gamma=0.5)
+    discount = np.asarray(sample.discount).reshape(12, 2)
+    np.testing.assert_array_equal(discount[[4, 9]], 0.0)
+    np.testing.assert_array_equal(np.delete(discount, [4, 9], axis=0), 0.5)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

@@ -399,6 +399,28 @@ def test_jaxmarl_presets():
     assert qmix.algorithm.double_q and qmix.algorithm.total_timesteps == 1_000_000
     assert (qmix.embedding_size, qmix.hypernet_hidden_size) == (32, 128)
     assert float(qmix.init_scale) == pytest.approx(0.001)
+    # JaxMARL's one `done` flag ends MPE's episodes at the time limit.
+    assert not vdn.algorithm.bootstrap_on_truncation
+    assert not qmix.algorithm.bootstrap_on_truncation
+
+
+@pytest.mark.parametrize("bootstrap_on_truncation", [True, False])
+def test_the_team_replay_keeps_truncations_as_its_algorithm_says(
+    bootstrap_on_truncation,
+):
+    # A time limit shorter than the team's episodes: every ending is a truncation.
+    env = eqxrl.envs.TimeLimit(MaskedTeam(), EPISODE - 2)
+    dqn = tiny_dqn(env, bootstrap_on_truncation=bootstrap_on_truncation)
+    state, _ = VDN(dqn).train(jr.key(0))
+    size = int(state.buffer.size)
+    stored = jax.tree.map(lambda x: x[:size], state.buffer.transitions)
+    truncated = np.asarray(stored.truncated)
+    terminated = np.asarray(stored.terminated)
+    if bootstrap_on_truncation:
+        assert truncated.any() and not terminated.any()
+    else:
+        assert terminated.any() and not truncated.any()
+        assert terminated.sum() == terminated.size // (EPISODE - 2)
 
 
 # ----------------------------------------------------------------- learning

@@ -174,6 +174,12 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     - `target_update_interval`: updates between target-network updates.
     - `tau`: Polyak coefficient of a target update (`1.0`: copy the network).
     - `double_q`: choose the bootstrap action with the online network.
+    - `bootstrap_on_truncation`: `True` (default): a truncated episode (a time
+      limit) bootstraps from the value of the state it reached, as if it could go
+      on. `False`: it ends like a terminated one (no bootstrap), which is what
+      libraries with a single `done` flag do (JaxMARL's Q-learning baselines): for
+      a task whose return is over a fixed horizon that the observation does not
+      show, where the value past the limit is noise to the network.
     - `learning_rate`: Adam step size.
     - `anneal_lr`: decay the step size linearly to zero over the updates.
     - `adam_eps`: Adam's epsilon.
@@ -213,6 +219,7 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     target_update_interval: int = eqx.field(static=True, default=50)
     tau: Float[Array, ""] = eqx.field(default=1.0, converter=in_range("tau", 0.0, 1.0))
     double_q: bool = eqx.field(static=True, default=True)
+    bootstrap_on_truncation: bool = eqx.field(static=True, default=True)
     learning_rate: Float[Array, ""] = eqx.field(
         default=2.5e-4, converter=in_range("learning_rate", 0.0, math.inf, finite=True)
     )
@@ -399,10 +406,22 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             observation=timestep.observation,
             action=action,
             reward=next_timestep.reward,
-            terminated=next_timestep.terminated,
-            truncated=next_timestep.truncated,
+            **self.episode_ends(next_timestep),
             next_observation=next_timestep.extras["final_observation"],
             next_action_mask=next_timestep.extras["final_action_mask"],
+        )
+
+    def episode_ends(self, next_timestep: TimeStep) -> dict[str, Bool[Array, "*batch"]]:
+        """The `terminated` and `truncated` flags a stored transition keeps: the
+        step's own, or with `bootstrap_on_truncation=False` a truncation stored as
+        a termination (so that no target bootstraps from it)."""
+        if self.bootstrap_on_truncation:
+            return dict(
+                terminated=next_timestep.terminated, truncated=next_timestep.truncated
+            )
+        return dict(
+            terminated=next_timestep.terminated | next_timestep.truncated,
+            truncated=jnp.zeros_like(next_timestep.truncated),
         )
 
     def init(self, key: PRNGKeyArray) -> QLearningState:

@@ -2,6 +2,7 @@
 learners (one model per agent stacked on a leading agent axis, or one shared),
 MAPPO's centralised critics on the same machinery."""
 
+from ._agents import AbstractTeamAlgorithm as AbstractTeamAlgorithm
 from ._independent import (
     AbstractPerAgentLearners as AbstractPerAgentLearners,
     Independent as Independent,

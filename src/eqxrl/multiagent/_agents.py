@@ -2,13 +2,14 @@
 split per agent, and the agent index appended to observations for a shared
 network."""
 
-from typing import Any
+from typing import Any, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
+from ..algorithms import AbstractAlgorithm
 from ..envs import (
     FINAL_GLOBAL_STATE,
     GLOBAL_STATE,
@@ -16,7 +17,50 @@ from ..envs import (
     AbstractSpace,
     Box,
     TimeStep,
+    num_agents_of,
 )
+
+StateT = TypeVar("StateT")
+
+
+class AbstractTeamAlgorithm(AbstractAlgorithm[StateT]):
+    """A multi-agent algorithm built on one single-agent `algorithm` configured on
+    the multi-agent environment: its environment, schedule and compiler options
+    are the algorithm's."""
+
+    algorithm: eqx.AbstractVar[AbstractAlgorithm]
+
+    @property
+    def env(self) -> AbstractEnvironment:
+        """The multi-agent environment (the algorithm's)."""
+        return self.algorithm.env
+
+    @property
+    def num_agents(self) -> int:
+        """The number of agents of the environment."""
+        num_agents = num_agents_of(self.env)
+        assert num_agents is not None
+        return num_agents
+
+    @property
+    def num_envs(self) -> int:
+        """Worlds stepped in parallel (the algorithm's `num_envs`)."""
+        return self.algorithm.num_envs
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """World steps per iteration (the algorithm's; every agent acts in each)."""
+        return self.algorithm.steps_per_iteration
+
+    @property
+    def num_iterations(self) -> int:
+        return self.algorithm.num_iterations
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """The algorithm's."""
+        return self.algorithm.compiler_options
+
 
 # The extras that belong to one agent (they mirror per-agent fields: AutoReset's
 # final observation, the final action mask kept by the Q-learners, EpisodeStatistics'

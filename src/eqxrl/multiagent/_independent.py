@@ -1,5 +1,3 @@
-from typing import Any
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -29,6 +27,7 @@ from ..envs import (
 )
 from ..nn import AbstractPolicy
 from ._agents import (
+    AbstractTeamAlgorithm,
     SharedObservations,
     agent_major,
     every_agent_with_index,
@@ -96,7 +95,7 @@ def _every_agent_counters(buffer: ReplayBuffer, num_agents: int) -> ReplayBuffer
     )
 
 
-class AbstractPerAgentLearners(AbstractAlgorithm[IndependentState]):
+class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
     """Learners for the agents of a multi-agent environment, one per agent stacked
     on a leading agent axis (or one shared by all agents), trained together in one
     compiled program: what [`Independent`][eqxrl.multiagent.Independent] and
@@ -153,37 +152,6 @@ class AbstractPerAgentLearners(AbstractAlgorithm[IndependentState]):
             )
 
     # ------------------------------------------------------------------ config
-    @property
-    def env(self) -> AbstractEnvironment:
-        """The multi-agent environment (the algorithm's)."""
-        return self.algorithm.env
-
-    @property
-    def num_agents(self) -> int:
-        """The number of agents of the environment."""
-        num_agents = num_agents_of(self.env)
-        assert num_agents is not None
-        return num_agents
-
-    @property
-    def num_envs(self) -> int:
-        """Worlds stepped in parallel (the algorithm's `num_envs`)."""
-        return self.algorithm.num_envs
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """World steps per iteration (the algorithm's; every agent acts in each)."""
-        return self.algorithm.steps_per_iteration
-
-    @property
-    def num_iterations(self) -> int:
-        return self.algorithm.num_iterations
-
-    @property
-    def compiler_options(self) -> dict[str, Any]:
-        """The algorithm's."""
-        return self.algorithm.compiler_options
-
     @property
     def learner(self) -> AbstractQLearning | PPO:
         """The algorithm as each learner uses it: `algorithm` itself, or with
