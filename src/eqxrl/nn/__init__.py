@@ -49,6 +49,10 @@ from ._recurrent import (
     LSTMCarry as LSTMCarry,
     reset_carry as reset_carry,
 )
+from ._recurrent_q_network import (
+    AbstractRecurrentQNetwork as AbstractRecurrentQNetwork,
+    GRUQNetwork as GRUQNetwork,
+)
 from ._sac_networks import (
     MLPTanhGaussianActor as MLPTanhGaussianActor,
     MLPTwinCritic as MLPTwinCritic,

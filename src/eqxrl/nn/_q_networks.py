@@ -28,6 +28,12 @@ class AbstractQNetwork(eqx.Module):
     ) -> Float[Array, " num_actions"]:
         """The estimated value of each action at `observation`."""
 
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether the network carries a state from step to step (`False`; see
+        [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork])."""
+        return False
+
 
 class AbstractQuantileNetwork(AbstractQNetwork):
     """Quantiles of the return distribution of each action, at any fractions.
