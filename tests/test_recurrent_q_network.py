@@ -119,15 +119,21 @@ def test_q_values_is_the_first_step_of_an_episode():
     assert not jnp.allclose(q_values, later_step, atol=1e-3)
 
 
-def test_is_recurrent_and_a_dqn_network_factory():
+def test_is_recurrent_and_refused_by_learners_that_replay_transitions():
     assert network().is_recurrent
     feed_forward = eqxrl.nn.MLPQNetwork(3, 4, key=jr.key(0))
     assert not feed_forward.is_recurrent
     env = eqxrl.envs.make("StatelessCartPole-v1")
     factory = functools.partial(GRUQNetwork.from_env, hidden_size=16)
-    # The algorithm builds the network and checks its Q-values' shape.
-    dqn = eqxrl.DQN(env=env, network_factory=factory)
-    built = dqn.make_network(jr.key(0))
-    assert isinstance(built, GRUQNetwork)
+    built = factory(env, jr.key(0))
     assert built.initial_carry().hidden.shape == (16,)
     assert built.num_actions == 2
+    # DQN replays single transitions: the memory would never be used.
+    with pytest.raises(ValueError, match="DQN: .*recurrent Q-network.*GRUQNetwork"):
+        eqxrl.DQN(env=env, network_factory=factory)
+    team = eqxrl.envs.make("TreasureHunt-v0")
+    with pytest.raises(ValueError, match="replays single transitions"):
+        eqxrl.multiagent.VDN(
+            eqxrl.DQN(env=team, network_factory=GRUQNetwork.from_env),
+            share_parameters=False,
+        )

@@ -158,6 +158,14 @@ def check_q_network(
             f"{owner}: {source} must return an eqxrl.nn.{expected.__name__}, got "
             f"{type(network).__name__}."
         )
+    if network.is_recurrent:
+        raise ValueError(
+            f"{owner}: {source} returns a recurrent Q-network "
+            f"({type(network).__name__}), but {owner} replays single transitions, "
+            "so its memory would never be used. Give it a feed-forward network "
+            "(e.g. eqxrl.nn.MLPQNetwork); for memory, train PPO with "
+            "eqxrl.nn.GRUActorCritic (see the Memory page)."
+        )
     observation = _example_timestep(env).observation
     q_values = eqx.filter_eval_shape(
         lambda net, obs, key: net.q_values(obs, key), network, observation, jr.key(0)

@@ -2,6 +2,7 @@
 split per agent, and the agent index appended to observations for a shared
 network."""
 
+import abc
 from typing import Any, TypeVar
 
 import equinox as eqx
@@ -206,7 +207,43 @@ def shared_observation_space(space: AbstractSpace, num_agents: int) -> Box:
     )
 
 
-class SharedObservations(AbstractEnvironment):
+class AbstractAgentView(AbstractEnvironment):
+    """One agent's view of a multi-agent environment, for building the network a
+    learner trains (a `network_factory` receives it): `reset` gives agent 0's
+    view, and `step` moves every agent with the same action. Learners are trained
+    on the multi-agent environment itself. Subclasses say what agent 0 reads."""
+
+    env: eqx.AbstractVar[AbstractEnvironment]
+    num_agents: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def first_agent_observation(self, timestep: TimeStep) -> PyTree[Array]:
+        """What agent 0's network reads of one world's multi-agent timestep."""
+
+    @property
+    def action_space(self) -> AbstractSpace:
+        return self.env.action_space
+
+    def _view(self, timestep: TimeStep) -> TimeStep:
+        return TimeStep(
+            observation=self.first_agent_observation(timestep),
+            reward=timestep.reward[0],
+            terminated=timestep.terminated,
+            truncated=timestep.truncated,
+            action_mask=jax.tree.map(lambda x: x[0], timestep.action_mask),
+        )
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        state, timestep = self.env.reset(key)
+        return state, self._view(timestep)
+
+    def step(self, state: PyTree, action: Any, key: PRNGKeyArray):
+        joint = jnp.broadcast_to(action, (self.num_agents, *jnp.shape(action)))
+        state, timestep = self.env.step(state, joint, key)
+        return state, self._view(timestep)
+
+
+class SharedObservations(AbstractAgentView):
     """What a network shared by all agents sees of a multi-agent environment: one
     agent's observation flattened with its one-hot agent index appended, and one
     agent's actions. It describes inputs for building the network (and for a
@@ -227,24 +264,5 @@ class SharedObservations(AbstractEnvironment):
     def observation_space(self) -> Box:
         return shared_observation_space(self.env.observation_space, self.num_agents)
 
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
-
-    def _view(self, timestep: TimeStep) -> TimeStep:
-        return TimeStep(
-            observation=with_agent_index(timestep.observation[0], 0, self.num_agents),
-            reward=timestep.reward[0],
-            terminated=timestep.terminated,
-            truncated=timestep.truncated,
-            action_mask=jax.tree.map(lambda x: x[0], timestep.action_mask),
-        )
-
-    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
-        state, timestep = self.env.reset(key)
-        return state, self._view(timestep)
-
-    def step(self, state: PyTree, action: Any, key: PRNGKeyArray):
-        joint = jnp.broadcast_to(action, (self.num_agents, *jnp.shape(action)))
-        state, timestep = self.env.step(state, joint, key)
-        return state, self._view(timestep)
+    def first_agent_observation(self, timestep: TimeStep) -> Array:
+        return with_agent_index(timestep.observation[0], 0, self.num_agents)

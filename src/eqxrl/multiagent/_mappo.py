@@ -3,7 +3,7 @@ execution), on the independent learners' machinery."""
 
 import dataclasses
 import functools
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -22,6 +22,7 @@ from ..envs import (
 )
 from ..nn import AbstractPolicy
 from ._agents import (
+    AbstractAgentView,
     agent_major,
     replace_fields,
     without_global_state,
@@ -77,7 +78,7 @@ def _check_world(observation: PyTree[Array], num_agents: int, where: str) -> Non
             )
 
 
-class CentralisedCriticView(AbstractEnvironment):
+class CentralisedCriticView(AbstractAgentView):
     """What a [`MAPPO`][eqxrl.multiagent.MAPPO] network reads of a multi-agent
     environment: a `Dict` observation with the agent's own observation
     (`"observation"`), its one-hot index when the agents share the network
@@ -110,10 +111,6 @@ class CentralisedCriticView(AbstractEnvironment):
             spaces[AGENT] = Box(0.0, 1.0, shape=(self.num_agents,))
         return Dict(spaces)
 
-    @property
-    def action_space(self) -> AbstractSpace:
-        return self.env.action_space
-
     def agent_inputs(self, timestep: TimeStep) -> dict[str, Array]:
         """What every agent's network reads of one world's timestep: a dict of
         `[num_agents, ...]` leaves (`"observation"`, `"agent"` when shared,
@@ -141,24 +138,8 @@ class CentralisedCriticView(AbstractEnvironment):
             inputs[AGENT] = one_hot
         return inputs
 
-    def _view(self, timestep: TimeStep) -> TimeStep:
-        first = jax.tree.map(lambda x: x[0], self.agent_inputs(timestep))
-        return TimeStep(
-            observation=first,
-            reward=timestep.reward[0],
-            terminated=timestep.terminated,
-            truncated=timestep.truncated,
-            action_mask=jax.tree.map(lambda x: x[0], timestep.action_mask),
-        )
-
-    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
-        state, timestep = self.env.reset(key)
-        return state, self._view(timestep)
-
-    def step(self, state: PyTree, action: Any, key: PRNGKeyArray):
-        joint = jnp.broadcast_to(action, (self.num_agents, *jnp.shape(action)))
-        state, timestep = self.env.step(state, joint, key)
-        return state, self._view(timestep)
+    def first_agent_observation(self, timestep: TimeStep) -> dict[str, Array]:
+        return jax.tree.map(lambda x: x[0], self.agent_inputs(timestep))
 
 
 class MAPPO(AbstractPerAgentLearners):
