@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from ..algorithms import AbstractAlgorithm
+from ..algorithms import AbstractAlgorithm, ended_episode_metrics
 from ..envs import (
     FINAL_GLOBAL_STATE,
     GLOBAL_STATE,
@@ -266,3 +266,21 @@ class SharedObservations(AbstractAgentView):
 
     def first_agent_observation(self, timestep: TimeStep) -> Array:
         return with_agent_index(timestep.observation[0], 0, self.num_agents)
+
+
+def team_episode_metrics(episode: dict[str, Array]) -> dict[str, Array]:
+    """Per agent, the mean return of the episodes that ended in an iteration
+    (`episode_return`, `[num_agents]`), their sum (`total_episode_return`, the
+    team's return), and the episodes' mean length and count: from the iteration's
+    `done` (`[steps, num_envs]`), `episode_return` (`[steps, num_envs,
+    num_agents]`) and `episode_length`."""
+    returns = jnp.moveaxis(episode["episode_return"], -1, 0)
+    per_agent = jax.vmap(
+        lambda r: ended_episode_metrics(episode["done"], r, episode["episode_length"])
+    )(returns)
+    return {
+        "episode_return": per_agent["episode_return"],
+        "total_episode_return": jnp.sum(per_agent["episode_return"]),
+        "episode_length": per_agent["episode_length"][0],
+        "episode_count": per_agent["episode_count"][0],
+    }

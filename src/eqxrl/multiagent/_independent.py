@@ -12,7 +12,6 @@ from ..algorithms import (
     AbstractQLearning,
     PPOState,
     QLearningState,
-    ended_episode_metrics,
 )
 from ..buffers import ReplayBuffer
 from ..envs import (
@@ -32,6 +31,7 @@ from ._agents import (
     agent_major,
     every_agent_with_index,
     flat_with_agent_index,
+    team_episode_metrics,
     without_global_state,
 )
 from ._policy import IndependentPolicy, SharedPolicy
@@ -417,7 +417,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
                 invalid = jnp.swapaxes(invalid, 1, 2)
             count = jnp.sum(invalid, axis=(0, 2)).astype(jnp.int32)
             metrics["invalid_action_count"] = count
-        metrics.update(self._episode_metrics(episode))
+        metrics.update(team_episode_metrics(episode))
 
         # Through tree_at: a stack of states would fail QLearningState's
         # per-learner shape checks.
@@ -562,7 +562,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         )
 
         # Episodes are the worlds' (learn's are each agent's view of them).
-        metrics.update(self._episode_metrics(episode))
+        metrics.update(team_episode_metrics(episode))
         if shared and "invalid_action_count" in metrics:
             # Per agent, as independent learners count them (learn's is the total).
             valid = jnp.take_along_axis(
@@ -578,24 +578,6 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             iteration=state.iteration + 1,
         )
         return state, metrics
-
-    def _episode_metrics(self, episode: dict[str, Array]) -> dict[str, Array]:
-        """Per agent, the mean return of the episodes that ended in the iteration
-        (`[num_agents]`); their sum; the episodes' mean length and count."""
-
-        def per_agent(episode_return: Array) -> dict[str, Array]:
-            return ended_episode_metrics(
-                episode["done"], episode_return, episode["episode_length"]
-            )
-
-        returns = jnp.moveaxis(episode["episode_return"], -1, 0)
-        metrics = jax.vmap(per_agent)(returns)
-        return {
-            "episode_return": metrics["episode_return"],
-            "total_episode_return": jnp.sum(metrics["episode_return"]),
-            "episode_length": metrics["episode_length"][0],
-            "episode_count": metrics["episode_count"][0],
-        }
 
 
 class Independent(AbstractPerAgentLearners):

@@ -20,7 +20,6 @@ from ..algorithms import (
     DQN,
     AbstractAlgorithm,
     bootstrap_action_value,
-    ended_episode_metrics,
     huber_loss,
 )
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
@@ -44,7 +43,12 @@ from ..nn import (
     epsilon_greedy_action,
     orthogonal_matrices,
 )
-from ._agents import AbstractTeamAlgorithm, SharedObservations, every_agent_with_index
+from ._agents import (
+    AbstractTeamAlgorithm,
+    SharedObservations,
+    every_agent_with_index,
+    team_episode_metrics,
+)
 from ._policy import IndependentPolicy, SharedPolicy
 
 # --------------------------------------------------------------------- mixers
@@ -640,7 +644,7 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             loss=self.loss,
         )
         metrics = {
-            **_team_episode_metrics(episode),
+            **team_episode_metrics(episode),
             **metrics,
             "epsilon": dqn.epsilon(collected - num_envs),
             "learning_rate": dqn.current_learning_rate(optimizer_state),
@@ -659,21 +663,6 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             num_updates=num_updates.astype(jnp.int32),
         )
         return state, metrics
-
-
-def _team_episode_metrics(episode: dict[str, Array]) -> dict[str, Array]:
-    """Each agent's mean return over the episodes that ended (`[num_agents]`), their
-    sum, and the episodes' mean length and count (as `Independent` reports them)."""
-    returns = jnp.moveaxis(episode["episode_return"], -1, 0)
-    per_agent = jax.vmap(
-        lambda r: ended_episode_metrics(episode["done"], r, episode["episode_length"])
-    )(returns)
-    return {
-        "episode_return": per_agent["episode_return"],
-        "total_episode_return": jnp.sum(per_agent["episode_return"]),
-        "episode_length": per_agent["episode_length"][0],
-        "episode_count": per_agent["episode_count"][0],
-    }
 
 
 # What JaxMARL's Q-learning baselines on MPE share (`config/alg/vdn_ff_mpe.yaml`,
