@@ -257,17 +257,22 @@ def test_unroll_is_equinox_s_cell_step_by_step(network_type):
             return eqxrl.nn.LSTMCarry(hidden=hidden, cell=cell)
         return eqxrl.nn.GRUCarry(hidden=core.cell(features, carry.hidden))
 
-    expected = []
-    carry = start_carry
+    # Equinox's cells and the network's `step`, one observation at a time.
+    expected, stepped_values = [], []
+    carry = stepped = start_carry
     for t in range(num_steps):
         if episode_start[t]:
-            carry = network.initial_carry()
+            carry = stepped = network.initial_carry()
         observation = jax.tree.map(lambda x: x[t], observations)
         carry = eqxrl.nn.ActorCriticCarry(
             actor=equinox_step(network.actor_core, carry.actor, observation),
             critic=equinox_step(network.critic_core, carry.critic, observation),
         )
         expected.append(carry)
+        stepped, _, value = network.step(stepped, observation)
+        assert jnp.allclose(stepped.actor.hidden, carry.actor.hidden, atol=1e-6)
+        assert jnp.allclose(stepped.critic.hidden, carry.critic.hidden, atol=1e-6)
+        stepped_values.append(value)
 
     final_carry, _, values = network.unroll(start_carry, observations, episode_start)
     assert jnp.allclose(final_carry.actor.hidden, expected[-1].actor.hidden, atol=1e-6)
@@ -278,13 +283,4 @@ def test_unroll_is_equinox_s_cell_step_by_step(network_type):
         assert jnp.allclose(
             final_carry.critic.cell, expected[-1].critic.cell, atol=1e-6
         )
-    stepped_values = []
-    carry = start_carry
-    for t in range(num_steps):
-        if episode_start[t]:
-            carry = network.initial_carry()
-        observation = jax.tree.map(lambda x: x[t], observations)
-        carry, _, value = network.step(carry, observation)
-        assert jnp.allclose(carry.actor.hidden, expected[t].actor.hidden, atol=1e-6)
-        stepped_values.append(value)
     assert jnp.allclose(values, jnp.stack(stepped_values), atol=1e-5)
