@@ -145,6 +145,78 @@ def test_unshared_agents_differ_and_shared_ones_are_one_copy():
     assert [leaf.shape for leaf in parameters(shared)] == expected
 
 
+def agent_copies_equal(stacked: np.ndarray) -> np.ndarray:
+    """Per entry of a stack of two agents' arrays, whether the copies are equal."""
+    return np.asarray(stacked[0] == stacked[1])
+
+
+@pytest.mark.parametrize(
+    ("share_parameters", "share_critic"),
+    [(True, False), pytest.param(False, True, marks=pytest.mark.slow)],
+    ids=["shared-actor", "shared-critic"],
+)
+def test_one_part_shared_is_one_copy_on_every_agent_and_the_other_differs(
+    share_parameters, share_critic
+):
+    """The actor and the critic shared apart: the shared part's copies (and their
+    Adam moments) are bit-identical after training, the other part's differ."""
+    ppo = eqxrl.PPO(env=WORLD, **SMALL)
+    algorithm = MAPPO(ppo, share_parameters=share_parameters, share_critic=share_critic)
+    assert not algorithm.one_network
+    state, metrics = algorithm.train(jr.key(0))
+    assert np.isfinite(np.asarray(metrics["total_episode_return"])).all()
+    model = eqx.filter(state.learners.model, eqx.is_array)
+    critic = model.critic_mask()
+    for leaf, is_critic in zip(jax.tree.leaves(model), jax.tree.leaves(critic)):
+        assert leaf.shape[0] == 2  # a copy per agent, on the agent axis
+        if is_critic == share_critic:
+            assert agent_copies_equal(leaf).all()
+        else:
+            assert not agent_copies_equal(leaf).all()
+    # Adam's moments, over the parameters flattened in one vector per agent.
+    shared_entries = jax.flatten_util.ravel_pytree(
+        jax.tree.map(
+            lambda leaf, c: np.full(leaf.shape[1:], c == share_critic), model, critic
+        )
+    )[0]
+    moments = [
+        leaf
+        for leaf in jax.tree.leaves(state.learners.optimizer_state)
+        if leaf.ndim == 2 and leaf.shape[1] == shared_entries.size
+    ]
+    assert len(moments) == 2  # mu and nu
+    for moment in moments:
+        equal = agent_copies_equal(moment)
+        assert equal[np.asarray(shared_entries)].all()
+        assert not equal[~np.asarray(shared_entries)].all()
+
+
+def test_synchronised_gradients_are_the_team_mean_under_one_clip():
+    """Two agents' gradients through the transformation, vmapped over the agent
+    axis: the shared leaf becomes their mean on both, and one scale brings the
+    largest agent's norm to the clip."""
+    transform = eqxrl.multiagent.synchronised_shared_gradients(
+        lambda tree: {"shared": True, "own": False}, jnp.float32(1.0)
+    )
+    gradients = {
+        "shared": jnp.array([[3.0, 0.0], [1.0, 0.0]]),
+        "own": jnp.array([[0.0, 0.0], [0.0, 4.0]]),
+    }
+    update = jax.vmap(
+        lambda g: transform.update(g, transform.init(g))[0], axis_name="agents"
+    )
+    out = jax.tree.map(np.asarray, update(gradients))
+    # Mean of the shared leaf: [2, 0]; norms then 2 and sqrt(4 + 16): the larger
+    # becomes the clip (less the margin), the same scale for both agents.
+    scale = (1.0 - 1e-4) / np.sqrt(20.0)
+    np.testing.assert_allclose(out["shared"], [[2 * scale, 0.0]] * 2, rtol=1e-6)
+    np.testing.assert_allclose(out["own"], [[0.0, 0.0], [0.0, 4 * scale]], rtol=1e-6)
+    small = jax.tree.map(lambda g: g / 100.0, gradients)
+    np.testing.assert_allclose(
+        update(small)["shared"], [[0.02, 0.0], [0.02, 0.0]], rtol=1e-6
+    )
+
+
 @pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
 def test_a_run_is_one_program_compiled_once(share_parameters):
     """Every agent's learner (stacked or shared) is in one compiled program,
@@ -266,6 +338,38 @@ def test_refusals_say_what_to_do():
         MAPPO(eqxrl.DQN(env=WORLD))
 
 
+class SharedTrunk(eqxrl.nn.AbstractActorCritic):
+    """An actor-critic that does not say which parameters are its critic's."""
+
+    inner: eqxrl.nn.MultiInputActorCritic
+
+    def __call__(self, observation, action_mask=None):
+        return self.inner(observation, action_mask)
+
+    def value(self, observation):
+        return self.inner.value(observation)
+
+
+def test_sharing_one_part_needs_a_critic_of_its_own():
+    def factory(env, key, **keys):
+        return SharedTrunk(
+            eqxrl.nn.MultiInputActorCritic(
+                env.observation_space, env.action_space, key=key, **keys
+            )
+        )
+
+    ppo = eqxrl.PPO(env=WORLD, network_factory=factory, **SMALL)
+    MAPPO(ppo, share_parameters=True)  # both shared: no split needed
+    with pytest.raises(ValueError, match="critic with parameters of its own") as error:
+        MAPPO(ppo, share_parameters=True, share_critic=False)
+    assert "SharedTrunk does not say" in str(error.value)
+    # The recurrent network's critic has a core of its own under MAPPO's keys.
+    recurrent = eqxrl.PPO(env=WORLD, network_factory=sharp_gru, **SMALL)
+    mixed = MAPPO(recurrent, share_parameters=False, share_critic=True)
+    network = eqx.filter_eval_shape(mixed.learner.make_network, jr.key(0))
+    assert any(jax.tree.leaves(network.critic_mask()))
+
+
 def test_mappo_trains_on_treasure_hunt_and_the_team_return_moves():
     """The scope statement: MAPPO runs on TreasureHunt-v0, and its team return
     moves (the learning bars are in benchmarks/multiagent.py)."""
@@ -302,11 +406,12 @@ def arrays(tree):
 @pytest.mark.slow
 @pytest.mark.compile_bound
 def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys):
-    """`eqxrl train TreasureHunt-v0 --critic-input agent_specific --network gru`
-    trains recurrent MAPPO with one network per agent; its checkpoint rebuilds the
-    MAPPO config; a Trainer run stopped at iteration 2 and resumed ends with the
-    command line's final state bit for bit (carries included); `eqxrl eval`
-    reports every agent."""
+    """`eqxrl train TreasureHunt-v0 --critic-input agent_specific --network gru
+    --share-critic yes` trains recurrent MAPPO with one actor per agent and one
+    critic for all (kept in step); its checkpoint rebuilds the MAPPO config; a
+    Trainer run stopped at iteration 2 and resumed ends with the command line's
+    final state bit for bit (carries included); `eqxrl eval` reports every
+    agent."""
     from eqxrl.training import main
 
     flags = ["--num-envs=2", "--num-steps=8", "--total-timesteps=64"]
@@ -314,6 +419,7 @@ def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys)
     flags += [f"--env-option={k}={v}" for k, v in WORLD_OPTIONS.items()]
     out = tmp_path / "cli"
     argv = ["train", "TreasureHunt-v0", "--critic-input", "agent_specific"]
+    argv += ["--share-critic", "yes"]
     argv += ["--network", "gru", *flags, "--out", str(out), "--log", "csv"]
     assert main(argv) == 0
     config = json.loads((out / "config.json").read_text())["algorithm"]
@@ -321,6 +427,12 @@ def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys)
     assert config["fields"]["critic_input"] == "agent_specific"
     reference, rebuilt = eqxrl.load_checkpoint(out)
     assert isinstance(rebuilt, MAPPO) and not rebuilt.share_parameters
+    assert rebuilt.share_critic is True
+    critic = reference.learners.model.critic_mask()
+    for leaf, is_critic in zip(
+        arrays(reference.learners.model), jax.tree.leaves(critic)
+    ):
+        assert agent_copies_equal(leaf).all() == is_critic
     assert isinstance(reference.learners.carry, ActorCriticCarry)
 
     def trainer():

@@ -227,6 +227,10 @@ class PPO(AbstractAlgorithm[PPOState]):
       from float32. Lossless only when every observation value is exact in the
       smaller dtype (e.g. 0/1 grids such as `Snake`'s); `None` (default) stores
       observations as they come.
+    - `gradient_transform`: an optax transformation applied to every minibatch's
+      gradients before the clip and Adam (e.g. `optax.add_noise(...)`);
+      [`MAPPO`][eqxrl.multiagent.MAPPO] uses it to keep the agents' shared
+      parameters in step. `None` (default): none.
 
     !!! example
 
@@ -297,6 +301,9 @@ class PPO(AbstractAlgorithm[PPOState]):
         static=True,
         default=None,
         converter=lambda d: None if d is None else jnp.dtype(d),
+    )
+    gradient_transform: optax.GradientTransformation | None = eqx.field(
+        static=True, default=None
     )
 
     def __check_init__(self):
@@ -658,10 +665,11 @@ class PPO(AbstractAlgorithm[PPOState]):
         return NormalizedActorCritic(model, statistics)
 
     def make_optimizer(self) -> optax.GradientTransformation:
-        """Global-norm clipping then Adam, with the (optionally annealed) step size
-        injected so that it is logged and sweepable, over the parameters flattened
-        into one vector (`optax.flatten`). The annealed step size decays linearly to
-        zero at `num_iterations` and stays zero after."""
+        """`gradient_transform` (if any), then global-norm clipping and Adam with
+        the (optionally annealed) step size injected so that it is logged and
+        sweepable, over the parameters flattened into one vector (`optax.flatten`).
+        The annealed step size decays linearly to zero at `num_iterations` and
+        stays zero after."""
         updates_per_iteration = self.num_epochs * self.num_minibatches
         learning_rate = self.learning_rate
         num_iterations = self.num_iterations
@@ -684,7 +692,7 @@ class PPO(AbstractAlgorithm[PPOState]):
 
         # Flattened: clipping and Adam run on one vector instead of once per
         # parameter array, far fewer (tiny) operations per minibatch update.
-        return optax.flatten(
+        optimizer = optax.flatten(
             optax.chain(
                 optax.clip_by_global_norm(self.max_grad_norm),
                 optax.inject_hyperparams(
@@ -692,6 +700,9 @@ class PPO(AbstractAlgorithm[PPOState]):
                 )(learning_rate=schedule, eps=1e-5),
             )
         )
+        if self.gradient_transform is None:
+            return optimizer
+        return optax.chain(self.gradient_transform, optimizer)
 
     def current_learning_rate(self, optimizer_state: PyTree) -> Float[Array, ""]:
         """The step size of the latest update, from `make_optimizer`'s state."""

@@ -12,6 +12,7 @@ from ._mappo import (
     MAPPO as MAPPO,
     CentralisedCriticView as CentralisedCriticView,
     DecentralisedPolicy as DecentralisedPolicy,
+    synchronised_shared_gradients as synchronised_shared_gradients,
 )
 from ._policy import (
     IndependentPolicy as IndependentPolicy,

@@ -36,6 +36,10 @@ from ._agents import (
 )
 from ._policy import IndependentPolicy, SharedPolicy
 
+# The name of the agent axis of learners stacked one per agent, for collectives
+# across agents inside their vmapped updates (`jax.lax.pmean(x, AGENT_AXIS)`).
+AGENT_AXIS = "agents"
+
 
 class IndependentState(eqx.Module):
     """Everything an [`Independent`][eqxrl.multiagent.Independent] run carries from
@@ -111,6 +115,17 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
     algorithm: eqx.AbstractVar[AbstractAlgorithm]
     share_parameters: eqx.AbstractVar[bool]
 
+    @property
+    def one_network(self) -> bool:
+        """Whether one learner serves every agent (the agents on its batch axis)
+        rather than one learner per agent on the agent axis: `share_parameters`."""
+        return self.share_parameters
+
+    def _initial_learners(self, learners: PyTree) -> PyTree:
+        """The learners as `init` leaves them, after each was initialized (a hook:
+        as they are)."""
+        return learners
+
     def _check_multi_agent_environment(self) -> None:
         """The algorithm's environment has several agents."""
         owner = type(self).__name__
@@ -135,7 +150,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             return
         columns = self.num_envs
         described = f"num_envs={columns} worlds"
-        if self.share_parameters:
+        if self.one_network:
             columns *= self.num_agents
             described = (
                 f"{columns} columns (num_envs={self.num_envs} worlds x "
@@ -158,7 +173,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         `share_parameters` the algorithm on the shared network's view of the
         environment (a flattened observation and the one-hot agent index), which
         builds the shared network."""
-        if not self.share_parameters:
+        if not self.one_network:
             return self.algorithm
         view = SharedObservations(self.env, self.num_agents)
         return eqx.tree_at(lambda a: a.env, self.algorithm, view)
@@ -167,7 +182,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         """What every agent's network reads of one world's timestep (`[num_agents,
         ...]` leaves): its observation, flattened with its one-hot index when the
         agents share a network."""
-        if self.share_parameters:
+        if self.one_network:
             return every_agent_with_index(timestep.observation, self.num_agents)
         return timestep.observation
 
@@ -175,7 +190,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         """The learners' views of a batch of world timesteps (without the global
         state, which independent learners do not read)."""
         timestep = without_global_state(timestep)
-        if self.share_parameters:
+        if self.one_network:
             return flat_with_agent_index(timestep, self.num_agents)
         return agent_major(timestep, self.num_agents)
 
@@ -187,11 +202,12 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         )
         views = self._views(timestep)
         learner = self.learner
-        if self.share_parameters:
+        if self.one_network:
             learners = learner.init_learner(learner_key, views)
         else:
             keys = jax.random.split(learner_key, self.num_agents)
             learners = eqx.filter_vmap(learner.init_learner)(keys, views)
+            learners = self._initial_learners(learners)
         return IndependentState(
             learners=learners,
             env_state=env_state,
@@ -208,7 +224,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         # The algorithm's axes depend on its state's structure, not on shapes, so
         # a stack of states gets the axes of one.
         learner_axes = self.learner.environment_axes(state.learners)
-        if not self.share_parameters:
+        if not self.one_network:
             learner_axes = jax.tree.map(lambda a: a + 1 if a >= 0 else a, learner_axes)
         return eqx.tree_at(
             lambda tree: (tree.env_state, tree.learners),
@@ -247,7 +263,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
                 f"[0, {num_agents})."
             )
         learner = self.learner
-        if self.share_parameters:
+        if self.one_network:
             shared = learner.policy(state.learners, deterministic)
             return SharedPolicy(shared, num_agents, agent)
         if agent is not None:
@@ -266,7 +282,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         """Whether any learner diverged (the algorithm's `diverged`, per agent)."""
         learner = self.learner
         own = {key: metrics[key] for key in self._learner_metric_names(metrics)}
-        if self.share_parameters:
+        if self.one_network:
             return learner.diverged(state.learners, own)
         return jnp.any(eqx.filter_vmap(learner.diverged)(state.learners, own))
 
@@ -293,22 +309,24 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
     def _for_every_agent(self, function, in_axes, out_axes=0):
         """`function` for every agent: vmapped over the agent axis, or as it is
         when the agents share one learner."""
-        if self.share_parameters:
+        if self.one_network:
             return function
-        return eqx.filter_vmap(function, in_axes=in_axes, out_axes=out_axes)
+        return eqx.filter_vmap(
+            function, in_axes=in_axes, out_axes=out_axes, axis_name=AGENT_AXIS
+        )
 
     def _joint_action(self, action: Array) -> Array:
         """The learners' actions (`[num_agents, num_envs, ...]`, or `[num_envs *
         num_agents, ...]` when shared) as the worlds take them, `[num_envs,
         num_agents, ...]`."""
-        if self.share_parameters:
+        if self.one_network:
             return action.reshape(self.num_envs, self.num_agents, *action.shape[1:])
         return jnp.swapaxes(action, 0, 1)
 
     def _learner_columns(self, x: Array) -> Array:
         """A per-agent quantity of every world (`[num_envs, num_agents, ...]`) as
         the learners hold it (the inverse of `_joint_action`)."""
-        if self.share_parameters:
+        if self.one_network:
             return x.reshape(self.num_envs * self.num_agents, *x.shape[2:])
         return jnp.swapaxes(x, 0, 1)
 
@@ -318,7 +336,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         learner = self.learner
         num_agents, num_envs = self.num_agents, self.num_envs
         num_steps = learner.train_frequency
-        shared = self.share_parameters
+        shared = self.one_network
         learners: QLearningState = state.learners
 
         agents = self._for_every_agent
@@ -460,7 +478,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         rollout (PPO's `learn`, vmapped over agents)."""
         ppo: PPO = self.learner
         num_agents, num_envs, num_steps = self.num_agents, self.num_envs, ppo.num_steps
-        shared = self.share_parameters
+        shared = self.one_network
         agents = self._for_every_agent
         learners: PPOState = state.learners
 
@@ -660,3 +678,15 @@ class Independent(AbstractPerAgentLearners):
             )
         if isinstance(self.algorithm, PPO):
             self._check_sequence_minibatches()
+        else:
+            network = eqx.filter_eval_shape(
+                self.learner.make_network, jax.random.key(0)
+            )
+            if network.is_recurrent:
+                raise ValueError(
+                    f"Independent: {name}'s network ({type(network).__name__}) is "
+                    f"recurrent, but independent {name} learners replay single "
+                    "transitions, so its memory would never be used. Give it a "
+                    "feed-forward network, or train the team with "
+                    "eqxrl.multiagent.VDN / QMIX, which replay sequences."
+                )

@@ -3,11 +3,13 @@ execution), on the independent learners' machinery."""
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..algorithms import PPO, AbstractAlgorithm
@@ -28,7 +30,7 @@ from ._agents import (
     without_global_state,
     world_major_columns,
 )
-from ._independent import AbstractPerAgentLearners, IndependentState
+from ._independent import AGENT_AXIS, AbstractPerAgentLearners, IndependentState
 from ._policy import IndependentPolicy, SharedPolicy
 
 # The keys of the observation a MAPPO network reads: the agent's own observation
@@ -39,6 +41,56 @@ AGENT = "agent"
 CRITIC = "critic"
 
 CRITIC_INPUTS: tuple[str, ...] = ("global_state", "concatenated", "agent_specific")
+
+# The team's clip scales every agent's gradient so that the largest norm is this
+# fraction of `max_grad_norm`: PPO's own clip (of each agent's gradient, after it)
+# then never triggers on a rounding difference, and every copy of the shared
+# parameters receives the same update.
+_TEAM_CLIP_MARGIN = 1.0 - 1e-4
+
+
+def synchronised_shared_gradients(
+    shared_mask: Callable[[PyTree], PyTree[bool]], max_grad_norm: Float[Array, ""]
+) -> optax.GradientTransformation:
+    """The gradient transformation of [`MAPPO`][eqxrl.multiagent.MAPPO]'s learners
+    when the agents share one part of the network (the actor or the critic) and
+    not the other. The learners are stacked on the agent axis (`vmap` with
+    `axis_name="agents"`), each with a copy of the shared part; this makes the
+    copies one network trained on every agent's data:
+
+    - the shared part's gradient is the mean of the agents' (the gradient of the
+      loss over the whole team's minibatch, as one shared network's);
+    - every agent's gradient is scaled by one factor, so that the largest norm is
+      within `max_grad_norm` (the team's global-norm clip, in place of each
+      agent's own, which then does nothing).
+
+    Equal gradients into equal Adam states give equal updates, so copies that
+    start equal stay equal, bit for bit.
+
+    **Arguments:**
+
+    - `shared_mask`: a function of the gradients (a tree of the network's
+      structure) returning `True` on the shared leaves.
+    - `max_grad_norm`: PPO's clip.
+    """
+
+    def init(params: PyTree) -> optax.EmptyState:
+        del params
+        return optax.EmptyState()
+
+    def update(updates: PyTree, state: optax.EmptyState, params: PyTree = None):
+        del params
+        updates = jax.tree.map(
+            lambda g, shared: jax.lax.pmean(g, AGENT_AXIS) if shared else g,
+            updates,
+            shared_mask(updates),
+        )
+        largest = jax.lax.pmax(optax.tree.norm(updates), AGENT_AXIS)
+        bound = _TEAM_CLIP_MARGIN * max_grad_norm
+        scale = jnp.where(largest > bound, bound / largest, 1.0)
+        return jax.tree.map(lambda g: g * scale, updates), state
+
+    return optax.GradientTransformation(init, update)
 
 
 def _flat_box(space: Box) -> tuple[Array, Array]:
@@ -174,14 +226,25 @@ class MAPPO(AbstractPerAgentLearners):
 
     `share_parameters=True` (JaxMARL's "homogeneous" MAPPO): one actor-critic for
     every agent, the agents its batch; `False`: one network and one optimizer
-    state per agent, stacked on the agent axis.
+    state per agent, stacked on the agent axis. `share_critic` decides for the
+    critic apart from the actor: with a shared actor and per-agent critics (or the
+    reverse), the learners are stacked on the agent axis, each with a copy of the
+    shared part that
+    [`synchronised_shared_gradients`][eqxrl.multiagent.synchronised_shared_gradients]
+    keeps equal to the others (one gradient, the team's, and one clip), so the
+    copies train as one network on every agent's data. This needs a network whose
+    critic has parameters of its own (`critic_mask`; PPO's default networks and
+    the recurrent ones with MAPPO's keys have). Observation statistics
+    (`normalize_observations`) are then each agent's own.
 
     **Arguments:**
 
     - `algorithm`: a [`PPO`][eqxrl.PPO] configured on the multi-agent environment
       (without `actor_keys` / `critic_keys`, which MAPPO sets).
     - `share_parameters`: one network for all agents (the actor reads the agent's
-      one-hot index).
+      one-hot index); with `share_critic` set, the actor's choice alone.
+    - `share_critic`: one critic for all agents (`True`) or one per agent
+      (`False`); `None` (default): as `share_parameters`.
     - `critic_input`: what the critic reads, by name (above).
 
     Metrics, state and policies are `Independent`'s; the policies act on the
@@ -201,6 +264,7 @@ class MAPPO(AbstractPerAgentLearners):
     algorithm: AbstractAlgorithm
     share_parameters: bool = eqx.field(static=True, default=False)
     critic_input: str = eqx.field(static=True, default="global_state")
+    share_critic: bool | None = eqx.field(static=True, default=None)
 
     critic_inputs: ClassVar[tuple[str, ...]] = CRITIC_INPUTS
     """The names `critic_input` takes."""
@@ -244,8 +308,55 @@ class MAPPO(AbstractPerAgentLearners):
                 f"{type(self.env.observation_space).__name__}."
             )
         self._check_sequence_minibatches()
+        if self.share_parameters != self.critic_shared:
+            network = eqx.filter_eval_shape(
+                self.learner.make_network, jax.random.key(0)
+            )
+            try:
+                network.critic_mask()
+            except NotImplementedError as error:
+                raise ValueError(
+                    f"MAPPO: share_parameters={self.share_parameters} with "
+                    f"share_critic={self.share_critic} shares one part of the "
+                    "network and not the other, which needs a critic with "
+                    f"parameters of its own: {error}"
+                ) from None
 
     # ------------------------------------------------------------------ config
+    @property
+    def critic_shared(self) -> bool:
+        """Whether the agents share one critic: `share_critic`, or
+        `share_parameters` when it is `None`."""
+        if self.share_critic is None:
+            return self.share_parameters
+        return self.share_critic
+
+    @property
+    def one_network(self) -> bool:
+        """Whether one network serves every agent: the actor and the critic both
+        shared."""
+        return self.share_parameters and self.critic_shared
+
+    def _shared_part(self, tree: PyTree) -> PyTree[bool]:
+        """`True` on the leaves of a tree of the network's structure (the network,
+        its gradients) that the agents share, when they share one part only."""
+        critic = tree.critic_mask()
+        if self.critic_shared:
+            return critic
+        return jax.tree.map(lambda is_critic: not is_critic, critic)
+
+    def _initial_learners(self, learners: PyTree) -> PyTree:
+        """With one part shared, every agent's copy of it starts as agent 0's."""
+        if self.share_parameters == self.critic_shared:
+            return learners
+        model = learners.model
+        model = jax.tree.map(
+            lambda x, shared: jnp.broadcast_to(x[0], x.shape) if shared else x,
+            model,
+            self._shared_part(model),
+        )
+        return eqx.tree_at(lambda s: s.model, learners, model)
+
     @property
     def view(self) -> CentralisedCriticView:
         """What the network reads: the environment as a
@@ -261,6 +372,13 @@ class MAPPO(AbstractPerAgentLearners):
         `"critic"` in the critic."""
         actor_keys = (OBSERVATION, AGENT) if self.share_parameters else (OBSERVATION,)
         ppo = self.algorithm
+        if self.share_parameters != self.critic_shared:
+            ppo = dataclasses.replace(
+                ppo,
+                gradient_transform=synchronised_shared_gradients(
+                    self._shared_part, ppo.max_grad_norm
+                ),
+            )
         if ppo.network_factory is None:
             return dataclasses.replace(
                 ppo, env=self.view, actor_keys=actor_keys, critic_keys=(CRITIC,)
@@ -297,7 +415,7 @@ class MAPPO(AbstractPerAgentLearners):
         timestep = without_global_state(
             replace_fields(timestep, observation=inputs, extras=extras)
         )
-        if self.share_parameters:
+        if self.one_network:
             return world_major_columns(timestep, self.num_agents)
         return agent_major(timestep, self.num_agents)
 
@@ -329,7 +447,7 @@ class MAPPO(AbstractPerAgentLearners):
             acting = ppo.acting_model(model, statistics)
             return jax.vmap(acting.step_value)(carry, observation)
 
-        if self.share_parameters:
+        if self.one_network:
             values = value(
                 learners.model,
                 learners.observation_statistics,
@@ -379,7 +497,7 @@ class MAPPO(AbstractPerAgentLearners):
             policy=policy,
             num_agents=self.num_agents,
             agent=agent,
-            stacked=not self.share_parameters and agent is None,
+            stacked=not self.one_network and agent is None,
             agent_index=self.share_parameters,
             critic_shape=tuple(critic.shape),
         )

@@ -1,7 +1,7 @@
 import abc
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -165,6 +165,29 @@ class AbstractActorCritic(eqx.Module):
         """
         return False
 
+    def critic_mask(self) -> PyTree[bool]:
+        """Which parameters are the critic's own: a tree of the network's
+        structure, `True` on the leaves only the value reads, `False` on the rest
+        (the actor's). [`MAPPO`][eqxrl.multiagent.MAPPO] reads it to share one
+        part between the agents and not the other. The networks with a separate
+        critic define it; the default raises `NotImplementedError`, as a shared
+        trunk belongs to both."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not say which of its parameters are the "
+            "critic's (critic_mask); a network with a trunk shared by the actor and "
+            "the critic cannot split them."
+        )
+
+
+def parameters_mask(module: eqx.Module, parts: Callable[[Any], Any]) -> PyTree[bool]:
+    """A tree of `module`'s structure, `True` on the leaves under `parts(module)`
+    (one node or a tuple of nodes, as `eqx.tree_at` takes them), `False` elsewhere:
+    what `critic_mask` returns."""
+    mask = jax.tree.map(lambda _: False, module)
+    return eqx.tree_at(
+        parts, mask, replace_fn=lambda node: jax.tree.map(lambda _: True, node)
+    )
+
 
 def _forward(
     layers: list[eqx.nn.Linear], activation: Callable[[Array], Array], x: Array
@@ -290,6 +313,10 @@ class MLPActorCritic(AbstractActorCritic):
         """`True`: the actor and the critic are separate networks."""
         return True
 
+    def critic_mask(self) -> PyTree[bool]:
+        """`True` on the critic MLP's parameters."""
+        return parameters_mask(self, lambda network: network.critic)
+
 
 class MLPGaussianActorCritic(AbstractActorCritic):
     """Separate actor and critic MLPs with a diagonal Gaussian policy head.
@@ -401,3 +428,7 @@ class MLPGaussianActorCritic(AbstractActorCritic):
     def separate_critic(self) -> bool:
         """`True`: the actor and the critic are separate networks."""
         return True
+
+    def critic_mask(self) -> PyTree[bool]:
+        """`True` on the critic MLP's parameters."""
+        return parameters_mask(self, lambda network: network.critic)

@@ -17,6 +17,7 @@ from ._actor_critic import (
     _mlp_weights,
     action_head,
     gaussian_scale_parameter,
+    parameters_mask,
 )
 from ._cnn import conv_torso, conv_torso_features
 
@@ -303,3 +304,9 @@ class MultiInputActorCritic(AbstractActorCritic):
     def separate_critic(self) -> bool:
         """`True`: the actor and the critic share no layers."""
         return True
+
+    def critic_mask(self) -> PyTree[bool]:
+        """`True` on the critic's encoder and MLP."""
+        return parameters_mask(
+            self, lambda network: (network.critic_encoder, network.critic)
+        )

@@ -26,6 +26,7 @@ from ._actor_critic import (
     _linear_layers,
     action_head,
     gaussian_scale_parameter,
+    parameters_mask,
 )
 from ._init import orthogonal_matrices
 from ._multi_input import ObservationEncoder
@@ -480,6 +481,20 @@ class AbstractCellActorCritic(AbstractRecurrentActorCritic):
           `functools.partial(GRUActorCritic.from_env, hidden_size=64)`.
         """
         return cls(env.observation_space, env.action_space, key=key, **options)
+
+    def critic_mask(self) -> PyTree[bool]:
+        """`True` on the critic's core (encoder and cell) and head, when the critic
+        has a core of its own (`actor_keys` and `critic_keys` differ); with one
+        core for both, `NotImplementedError`."""
+        if self.critic_core is None:
+            raise NotImplementedError(
+                f"{type(self).__name__}: the actor and the critic read one core "
+                "(the same keys), which belongs to both; give them different "
+                "actor_keys and critic_keys for a critic of its own."
+            )
+        return parameters_mask(
+            self, lambda network: (network.critic_core, network.critic)
+        )
 
     def initial_carry(self) -> GRUCarry | LSTMCarry | ActorCriticCarry:
         """Zeros (as PureJaxRL's and Flax's cells start): one environment's carry."""

@@ -55,6 +55,7 @@ _RUN_OPTIONS = (
     "split",
     "distributed",
     "share_parameters",
+    "share_critic",
     "critic_input",
     "mixer",
     "network",
@@ -319,6 +320,14 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         "as an input (default: one network per agent, eqxrl.multiagent.Independent)",
     )
     run.add_argument(
+        "--share-critic",
+        choices=("yes", "no"),
+        default=argparse.SUPPRESS,
+        help="MAPPO (with --critic-input): one critic for all agents (yes) or one "
+        "per agent (no), whatever --share-parameters chose for the actor (default: "
+        "as --share-parameters)",
+    )
+    run.add_argument(
         "--critic-input",
         choices=MAPPO.critic_inputs,
         default=argparse.SUPPRESS,
@@ -428,6 +437,9 @@ def _train(argv: Sequence[str]) -> int:
     split = merged.pop("split", None)
     merged.pop("distributed", None)
     share_parameters = bool(merged.pop("share_parameters", False))
+    share_critic = {"yes": True, "no": False, None: None}[
+        merged.pop("share_critic", None)
+    ]
     critic_input = merged.pop("critic_input", None)
     mixer = merged.pop("mixer", None)
     network = _network_factory(merged.pop("network", "mlp"), cls, str(algo), merged)
@@ -458,6 +470,12 @@ def _train(argv: Sequence[str]) -> int:
             algorithm = _value_decomposition(
                 algorithm, mixer, share_parameters, critic_input
             )
+        elif share_critic is not None and critic_input is None:
+            raise ValueError(
+                "--share-critic: a critic apart from the actor is MAPPO's; give "
+                "--critic-input (global_state, concatenated or agent_specific) or "
+                "drop the flag."
+            )
         elif num_agents_of(env) is not None and critic_input is not None:
             if cls is not PPO:
                 raise ValueError(
@@ -468,6 +486,7 @@ def _train(argv: Sequence[str]) -> int:
                 algorithm,
                 share_parameters=share_parameters,
                 critic_input=critic_input,
+                share_critic=share_critic,
             )
         elif num_agents_of(env) is not None:
             # One learner per agent (or one shared), trained together.
