@@ -606,24 +606,24 @@ def learning_curves(name, ours, theirs, logged, theirs_return, options) -> None:
     the last 10% of iterations per seed, their mean and range. JaxMARL's rows come
     from its logging callback, which vmap calls once per seed in seed order."""
     seeds = options.marl_seeds
-    keys = jax.random.split(jax.random.key(1000), seeds)
-    start = time.perf_counter()
-    _, metrics = block(eqx.filter_jit(eqx.filter_vmap(ours.train))(keys))
-    ours_seconds = time.perf_counter() - start
-    eqxrl_returns = [
-        last_tenth(curve) for curve in np.asarray(metrics["total_episode_return"])
-    ]
-    logged.clear()
-    start = time.perf_counter()
-    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
-        keys = jax.random.split(jax.random.PRNGKey(1000), seeds)
-        block(jax.jit(jax.vmap(theirs))(keys))
-    theirs_seconds = time.perf_counter() - start
-    theirs_returns = [theirs_return(logged[seed::seeds]) for seed in range(seeds)]
-    for side, values, seconds in (
-        ("eqxrl", eqxrl_returns, ours_seconds),
-        ("JaxMARL", theirs_returns, theirs_seconds),
-    ):
+    results = []
+    if options.marl_side in ("both", "eqxrl"):
+        keys = jax.random.split(jax.random.key(1000), seeds)
+        start = time.perf_counter()
+        _, metrics = block(eqx.filter_jit(eqx.filter_vmap(ours.train))(keys))
+        seconds = time.perf_counter() - start
+        curves = np.asarray(metrics["total_episode_return"])
+        results.append(("eqxrl", [last_tenth(curve) for curve in curves], seconds))
+    if options.marl_side in ("both", "jaxmarl"):
+        logged.clear()
+        start = time.perf_counter()
+        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+            keys = jax.random.split(jax.random.PRNGKey(1000), seeds)
+            block(jax.jit(jax.vmap(theirs))(keys))
+        seconds = time.perf_counter() - start
+        values = [theirs_return(logged[seed::seeds]) for seed in range(seeds)]
+        results.append(("JaxMARL", values, seconds))
+    for side, values, seconds in results:
         values = np.asarray(values)
         print(
             f"{name} learning, {seeds} seeds vmapped ({seconds:.0f} s with "
@@ -724,7 +724,9 @@ def value_decomposition(options, name: str) -> None:
     their_env, _ = baseline.env_from_config(dict(config))
     env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
     cls = eqxrl.multiagent.VDN if name == "VDN" else eqxrl.multiagent.QMIX
-    ours = cls.jaxmarl(env, total_timesteps=config["TOTAL_TIMESTEPS"])
+    # QMIX like for like: JaxMARL's qmix_rnn agents are recurrent (GRU 64).
+    recurrent = {"recurrent": options.qmix_agents == "gru"} if name == "QMIX" else {}
+    ours = cls.jaxmarl(env, total_timesteps=config["TOTAL_TIMESTEPS"], **recurrent)
     steps = ours.num_iterations * ours.steps_per_iteration
 
     def theirs_returns(_) -> float:
@@ -771,6 +773,20 @@ def main() -> None:
     parser.add_argument("--marl-timesteps", type=int, default=2_000_000)
     parser.add_argument("--marl-pairs", type=int, default=4)
     parser.add_argument("--marl-seeds", type=int, default=0)
+    parser.add_argument(
+        "--qmix-agents",
+        choices=("gru", "mlp"),
+        default="gru",
+        help="eqxrl's QMIX agents: recurrent as JaxMARL's (QMIX.jaxmarl(env, "
+        "recurrent=True)) or the feed-forward preset",
+    )
+    parser.add_argument(
+        "--marl-side",
+        choices=("both", "eqxrl", "jaxmarl"),
+        default="both",
+        help="with --marl-seeds, the side(s) to train: one side per process lets "
+        "the two run at once (returns do not depend on the CPU's load)",
+    )
     options = parser.parse_args()
     print(f"[{jax.devices()[0].platform}, jax {jax.__version__}]")
     for part in options.parts:

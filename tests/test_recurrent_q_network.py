@@ -119,7 +119,7 @@ def test_q_values_is_the_first_step_of_an_episode():
     assert not jnp.allclose(q_values, later_step, atol=1e-3)
 
 
-def test_is_recurrent_and_refused_by_learners_that_replay_transitions():
+def test_is_recurrent_and_refused_by_learners_that_replay_transitions_only():
     assert network().is_recurrent
     feed_forward = eqxrl.nn.MLPQNetwork(3, 4, key=jr.key(0))
     assert not feed_forward.is_recurrent
@@ -131,9 +131,10 @@ def test_is_recurrent_and_refused_by_learners_that_replay_transitions():
     # DQN replays single transitions: the memory would never be used.
     with pytest.raises(ValueError, match="DQN: .*recurrent Q-network.*GRUQNetwork"):
         eqxrl.DQN(env=env, network_factory=factory)
+    # Independent learners too; VDN and QMIX replay sequences and take it.
     team = eqxrl.envs.make("TreasureHunt-v0")
-    with pytest.raises(ValueError, match="replays single transitions"):
-        eqxrl.multiagent.VDN(
-            eqxrl.DQN(env=team, network_factory=GRUQNetwork.from_env),
-            share_parameters=False,
-        )
+    recurrent_dqn = eqxrl.DQN(env=team, network_factory=GRUQNetwork.from_env, n_step=1)
+    with pytest.raises(ValueError, match="replay single transitions"):
+        eqxrl.multiagent.Independent(recurrent_dqn)
+    vdn = eqxrl.multiagent.VDN(recurrent_dqn, share_parameters=False)
+    assert vdn.recurrent

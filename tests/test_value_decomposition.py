@@ -501,23 +501,27 @@ def quiet_trainer(algorithm, out) -> eqxrl.Trainer:
 @pytest.mark.slow
 @pytest.mark.compile_bound
 @pytest.mark.parametrize(
-    ("algorithm_class", "share_parameters"), [(QMIX, True), (VDN, False)]
+    ("algorithm_class", "share_parameters", "recurrent"),
+    [(QMIX, True, False), (VDN, False, False), (QMIX, True, True)],
+    ids=["qmix", "vdn-own", "qmix-gru"],
 )
 def test_resumes_exactly_through_the_trainer(
-    tmp_path, algorithm_class, share_parameters
+    tmp_path, algorithm_class, share_parameters, recurrent
 ):
     """VDN and QMIX through the Trainer: a run stopped at iteration 2 and resumed
     from its checkpoint ends bit for bit where an uninterrupted run ends (agents,
-    mixer, their targets, optimizer state, replay buffer, worlds, key), and the
-    checkpoint rebuilds the configuration (the wrapped DQN and the mixer's
-    sizes)."""
+    mixer, their targets, optimizer state, replay buffer, worlds, key, and the
+    recurrent agents' carries), and the checkpoint rebuilds the configuration
+    (the wrapped DQN and the mixer's sizes)."""
     env = eqxrl.envs.make("TreasureHunt-v0", **WORLD)
     options = {"embedding_size": 8, "hypernet_hidden_size": 16}
+    gru = dict(network_factory=eqxrl.nn.GRUQNetwork.from_env, n_step=1)
     algorithm = algorithm_class(
-        eqxrl.DQN(env=env, **TINY_TEAM),
+        eqxrl.DQN(env=env, **TINY_TEAM, **(gru if recurrent else {})),
         share_parameters=share_parameters,
         **(options if algorithm_class is QMIX else {}),
     )
+    assert algorithm.recurrent == recurrent
 
     straight, _ = quiet_trainer(algorithm, tmp_path / "straight").fit(seed=1)
     quiet_trainer(algorithm, tmp_path / "resumed").fit(seed=1, stop_at_iteration=2)
@@ -525,7 +529,10 @@ def test_resumes_exactly_through_the_trainer(
         seed=1, resume=True
     )
     assert metrics["episode_return"].shape == (2, 2)  # iterations 3-4, per agent
-    assert int(resumed.num_updates) == 4 and int(resumed.buffer.size) == 4 * 8
+    # A row per step of the worlds, or per iteration (their sequences).
+    assert int(resumed.num_updates) == 4
+    assert int(resumed.buffer.size) == (4 if recurrent else 4 * 8)
+    assert (resumed.carry is not None) == recurrent
     for a, b in zip(arrays(resumed), arrays(straight), strict=True):
         np.testing.assert_array_equal(a, b)
     loaded, rebuilt = eqxrl.load_checkpoint(tmp_path / "resumed")

@@ -146,10 +146,12 @@ def check_q_network(
     make_network: Callable[[PRNGKeyArray], Any],
     network_factory: Callable[[AbstractEnvironment, PRNGKeyArray], Any] | None,
     quantiles: bool,
+    recurrent_allowed: bool = False,
 ) -> None:
     """The environment keeps its contract, and the network (from `network_factory`
     if given, else `make_network`) gives one value per action of its `Discrete`
-    action space."""
+    action space; a recurrent network only where `recurrent_allowed` (a learner
+    that replays sequences)."""
     check_environment(env)
     source, network = _network_shape(env, make_network, network_factory)
     expected = AbstractQuantileNetwork if quantiles else AbstractQNetwork
@@ -158,13 +160,14 @@ def check_q_network(
             f"{owner}: {source} must return an eqxrl.nn.{expected.__name__}, got "
             f"{type(network).__name__}."
         )
-    if network.is_recurrent:
+    if network.is_recurrent and not recurrent_allowed:
         raise ValueError(
             f"{owner}: {source} returns a recurrent Q-network "
             f"({type(network).__name__}), but {owner} replays single transitions, "
             "so its memory would never be used. Give it a feed-forward network "
             "(e.g. eqxrl.nn.MLPQNetwork); for memory, train PPO with "
-            "eqxrl.nn.GRUActorCritic (see the Memory page)."
+            "eqxrl.nn.GRUActorCritic (see the Memory page), or a team with "
+            "eqxrl.multiagent.VDN / QMIX, which replay sequences."
         )
     observation = _example_timestep(env).observation
     q_values = eqx.filter_eval_shape(

@@ -25,6 +25,7 @@ from ..envs import (
     Discrete,
     EpisodeStatistics,
     TimeStep,
+    num_agents_of,
     skip_action_checks,
 )
 from ..nn import (
@@ -296,6 +297,9 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
             self.make_network,
             self.network_factory,
             quantiles=self.distributional,
+            # On a multi-agent environment the algorithm configures a team
+            # learner, which checks for itself (VDN and QMIX replay sequences).
+            recurrent_allowed=num_agents_of(self.env) is not None,
         )
 
     # ------------------------------------------------------------------ config
@@ -649,14 +653,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         sample_key: PRNGKeyArray,
         loss_key: PRNGKeyArray,
         loss: Callable,
+        gather: Callable[[ReplayBuffer, Int[Array, " batch"]], PyTree],
+        batch_size: int,
     ) -> tuple[PyTree, PyTree, PyTree, dict[str, Array]]:
         """`gradient_steps` minibatch updates, each followed by a target update when
         due."""
         optimizer = self.make_optimizer()
         grad_fn = eqx.filter_value_and_grad(loss, has_aux=True)
-
-        def gather(index: Int[Array, " batch_size"]) -> ReplaySample:
-            return buffer.gather(index, n_step=self.n_step, gamma=self.gamma)
 
         def gradient_step(carry, inputs):
             network, target_network, optimizer_state = carry
@@ -690,10 +693,8 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 # large buffer on several threads, so each one costs a thread
                 # pool round trip; gathered inside the loop, they were half of a
                 # DQN update's time on rejax's settings.
-                jax.vmap(gather)(
-                    buffer.sample_indices(
-                        sample_key, (self.gradient_steps, self.batch_size)
-                    )
+                jax.vmap(lambda index: gather(buffer, index))(
+                    buffer.sample_indices(sample_key, (self.gradient_steps, batch_size))
                 ),
                 random_split(loss_key, self.gradient_steps),
                 num_updates + jnp.arange(self.gradient_steps, dtype=jnp.int32),
@@ -714,6 +715,8 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         loss_key: PRNGKeyArray,
         *,
         loss: Callable | None = None,
+        gather: Callable[[ReplayBuffer, Int[Array, " batch"]], PyTree] | None = None,
+        batch_size: int | None = None,
     ) -> tuple[PyTree, PyTree, PyTree, Int[Array, ""], dict]:
         """An iteration's updates: if `learning`, `gradient_steps` minibatch
         updates (each followed by the target update when due), else nothing.
@@ -732,6 +735,12 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
           statistics)` in place of the algorithm's own
           [`loss`][eqxrl.algorithms.AbstractQLearning.loss] (value decomposition
           trains the agents and a mixer on the team's transitions with it).
+        - `gather`: `gather(buffer, index) -> batch`, the minibatch at sampled
+          indices; `None`: `buffer.gather` with the algorithm's `n_step` and
+          `gamma` (recurrent value decomposition passes
+          `ReplayBuffer.gather_sequences`).
+        - `batch_size`: indices per minibatch; `None`: the algorithm's
+          `batch_size`.
 
         **Returns:**
 
@@ -740,6 +749,13 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
         not `learning`.
         """
         loss_function = self.loss if loss is None else loss
+        if gather is None:
+
+            def gather(buffer: ReplayBuffer, index: Int[Array, " batch"]) -> PyTree:
+                return buffer.gather(index, n_step=self.n_step, gamma=self.gamma)
+
+        if batch_size is None:
+            batch_size = self.batch_size
         dynamic, static = eqx.partition(
             (network, target_network, optimizer_state), eqx.is_array
         )
@@ -755,15 +771,15 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
                 sample_key,
                 loss_key,
                 loss_function,
+                gather,
+                batch_size,
             )
             return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
 
         def skip(dynamic):
             # NaN statistics shaped like the loss's (traced abstractly: no compute).
             def loss_statistics():
-                batch = buffer.sample(
-                    sample_key, self.batch_size, n_step=self.n_step, gamma=self.gamma
-                )
+                batch = gather(buffer, buffer.sample_indices(sample_key, (batch_size,)))
                 value, statistics = loss_function(
                     network, target_network, batch, loss_key
                 )

@@ -3,6 +3,7 @@
 from ._replay import (
     ReplayBuffer as ReplayBuffer,
     ReplaySample as ReplaySample,
+    ReplaySequence as ReplaySequence,
     ReplayTransition as ReplayTransition,
     n_step_return as n_step_return,
 )

@@ -38,6 +38,39 @@ class ReplayTransition(eqx.Module):
     next_action_mask: Bool[Array, " num_actions"] | None = None
 
 
+class ReplaySequence(eqx.Module):
+    """A chunk of one environment's consecutive steps, as a recurrent off-policy
+    learner stores it: the steps of one iteration (R2D2's sequences, with the
+    carry the first step was read with).
+
+    Built per environment; a batch of them (`[num_envs, ...]` leaves) is one
+    [`ReplayBuffer.add`][eqxrl.buffers.ReplayBuffer.add] row, and
+    [`gather_sequences`][eqxrl.buffers.ReplayBuffer.gather_sequences] draws them
+    back. Every step's next observation is in the chunk: `observation` holds
+    `num_steps + 1` observations, the last being what the chunk's last step led to
+    (the next episode's first, after an automatic reset).
+
+    **Arguments:**
+
+    - `observation`: `[num_steps + 1, ...]` leaves.
+    - `action`: `[num_steps, ...]`, the actions taken.
+    - `reward`: float32 `[num_steps]`.
+    - `terminated`, `truncated`: bool `[num_steps]`, each step's episode end.
+    - `episode_start`: bool `[num_steps + 1]`, set where an observation is the
+      first of an episode (the network's carry resets before reading it).
+    - `carry`: the network's carry before the first observation (unless that one
+      starts an episode), or `None` for a feed-forward network.
+    """
+
+    observation: PyTree[Array]
+    action: Array
+    reward: Float[Array, " num_steps"]
+    terminated: Bool[Array, " num_steps"]
+    truncated: Bool[Array, " num_steps"]
+    episode_start: Bool[Array, " num_steps+1"]
+    carry: PyTree[Array] | None = None
+
+
 class ReplaySample(eqx.Module):
     """A transition drawn from a [`ReplayBuffer`][eqxrl.buffers.ReplayBuffer], ready
     for a bootstrapped target `reward + discount * value(next_observation)`.
@@ -139,7 +172,8 @@ class ReplayBuffer(eqx.Module):
     **Arguments:**
 
     - `transitions`: the storage, a
-      [`ReplayTransition`][eqxrl.buffers.ReplayTransition] with
+      [`ReplayTransition`][eqxrl.buffers.ReplayTransition] (or, for learners that
+      replay sequences, a [`ReplaySequence`][eqxrl.buffers.ReplaySequence]) with
       `[capacity, num_envs, ...]` leaves.
     - `position`: int32 row the next `add` writes.
     - `size`: int32 number of rows stored (at most `capacity`); the buffer holds
@@ -154,12 +188,14 @@ class ReplayBuffer(eqx.Module):
         ```
     """
 
-    transitions: ReplayTransition
+    transitions: ReplayTransition | ReplaySequence
     position: Int[Array, ""]
     size: Int[Array, ""]
 
     @classmethod
-    def empty(cls, example: ReplayTransition, capacity: int) -> "ReplayBuffer":
+    def empty(
+        cls, example: ReplayTransition | ReplaySequence, capacity: int
+    ) -> "ReplayBuffer":
         """An empty buffer for batches shaped like `example`.
 
         **Arguments:**
@@ -204,7 +240,7 @@ class ReplayBuffer(eqx.Module):
         """Transitions per row (static, read from the shapes)."""
         return self.transitions.reward.shape[1]
 
-    def add(self, batch: ReplayTransition) -> "ReplayBuffer":
+    def add(self, batch: ReplayTransition | ReplaySequence) -> "ReplayBuffer":
         """Write one step of every environment, overwriting the oldest when full.
 
         **Arguments:**
@@ -317,6 +353,11 @@ class ReplayBuffer(eqx.Module):
 
         A [`ReplaySample`][eqxrl.buffers.ReplaySample] with `[batch, ...]` leaves.
         """
+        if isinstance(self.transitions, ReplaySequence):
+            raise ValueError(
+                "ReplayBuffer.gather: this buffer stores ReplaySequences; draw them "
+                "with gather_sequences."
+            )
         if not isinstance(n_step, int) or n_step < 1:
             raise ValueError(f"ReplayBuffer: n_step={n_step!r} must be an int >= 1.")
         if not isinstance(frame_stack, int) or frame_stack < 1:
@@ -327,6 +368,27 @@ class ReplayBuffer(eqx.Module):
         return jax.vmap(lambda i: self._gather_one(i, n_step, gamma, frame_stack))(
             index
         )
+
+    def gather_sequences(self, index: Int[Array, " batch"]) -> ReplaySequence:
+        """The stored sequences at given indices (a buffer of
+        [`ReplaySequence`][eqxrl.buffers.ReplaySequence] rows), numbered as
+        [`gather`][eqxrl.buffers.ReplayBuffer.gather] numbers transitions: index
+        `i` is environment `i % num_envs`'s chunk in the `i // num_envs`-th oldest
+        row. Draw them with `sample_indices`.
+
+        **Returns:**
+
+        A `ReplaySequence` with `[batch, ...]` leaves.
+        """
+        if not isinstance(self.transitions, ReplaySequence):
+            raise ValueError(
+                "ReplayBuffer.gather_sequences: this buffer stores "
+                f"{type(self.transitions).__name__}s, not ReplaySequences; use "
+                "gather."
+            )
+        age, env = jnp.divmod(index.astype(jnp.int32), self.num_envs)
+        row = (self.position - self.size + age) % self.capacity
+        return jtu.tree_map(lambda leaf: leaf[row, env], self.transitions)
 
     def _gather_one(
         self,

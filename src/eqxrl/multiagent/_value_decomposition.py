@@ -22,7 +22,7 @@ from ..algorithms import (
     bootstrap_action_value,
     huber_loss,
 )
-from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
+from ..buffers import ReplayBuffer, ReplaySample, ReplaySequence, ReplayTransition
 from ..envs import (
     GLOBAL_STATE,
     AbstractEnvironment,
@@ -40,8 +40,10 @@ from ..nn import (
     AbstractPolicy,
     AbstractQNetwork,
     EpsilonGreedyPolicy,
+    GRUQNetwork,
     epsilon_greedy_action,
     orthogonal_matrices,
+    reset_carry,
 )
 from ._agents import (
     AbstractTeamAlgorithm,
@@ -263,12 +265,17 @@ class ValueDecompositionState(eqx.Module):
     - `optimizer_state`: optax state of the optimizer of agents and mixer together.
     - `buffer`: the replay buffer of joint transitions (every agent's observation,
       action mask and action, the global state, the team reward), one column per
-      world.
+      world; with recurrent agents, of
+      [`ReplaySequence`][eqxrl.buffers.ReplaySequence]s (each world's steps of one
+      iteration).
     - `env_state`: the state of every world, `[num_envs, ...]` leaves.
     - `timestep`: the latest timestep of every world.
     - `key`: the PRNG key for the next iteration.
     - `iteration`: how many iterations have run (int32).
     - `num_updates`: how many gradient steps have run (int32).
+    - `carry`: with recurrent agents, every agent's carry in every world
+      (`[num_envs, num_agents, ...]` leaves), as the last step left it; `None`
+      for feed-forward agents.
     """
 
     agents: AbstractQNetwork
@@ -282,6 +289,7 @@ class ValueDecompositionState(eqx.Module):
     key: PRNGKeyArray
     iteration: Int[Array, ""]
     num_updates: Int[Array, ""]
+    carry: PyTree[Array] | None = None
 
 
 class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState]):
@@ -319,6 +327,28 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
                 f"{type(env.observation_space).__name__}. Pass "
                 "share_parameters=False for one network per agent."
             )
+        if self.recurrent:
+            dqn = self.algorithm
+            if dqn.n_step != 1:
+                raise ValueError(
+                    f"{name}: recurrent agents learn from sequences with one-step "
+                    f"targets; n_step={dqn.n_step} is not supported with them "
+                    "(set n_step=1)."
+                )
+            if dqn.batch_size % dqn.train_frequency:
+                sequences = max(1, dqn.batch_size // dqn.train_frequency)
+                raise ValueError(
+                    f"{name}: recurrent agents replay sequences of train_frequency="
+                    f"{dqn.train_frequency} steps, so batch_size={dqn.batch_size} "
+                    "(counted in steps) must be a multiple of it; e.g. batch_size="
+                    f"{sequences * dqn.train_frequency}."
+                )
+            if dqn.buffer_size < dqn.num_envs * dqn.train_frequency:
+                raise ValueError(
+                    f"{name}: buffer_size={dqn.buffer_size} holds less than one "
+                    f"iteration's sequences (num_envs * train_frequency = "
+                    f"{dqn.num_envs * dqn.train_frequency} steps)."
+                )
 
     # ------------------------------------------------------------------ config
     @abc.abstractmethod
@@ -364,6 +394,60 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             return learner.make_network(key)
         keys = jr.split(key, self.num_agents)
         return eqx.filter_vmap(learner.make_network)(keys)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the agents' network is recurrent (an
+        [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork], e.g.
+        `network_factory=eqxrl.nn.GRUQNetwork.from_env`): then the replay buffer
+        keeps sequences and the agents learn through time."""
+        network = eqx.filter_eval_shape(self.learner.make_network, jr.key(0))
+        return network.is_recurrent
+
+    def agent_initial_carry(self, agents: AbstractQNetwork) -> PyTree[Array]:
+        """Every agent's carry at an episode's start (`[num_agents, ...]`
+        leaves), for recurrent agents."""
+        if self.share_parameters:
+            carry = agents.initial_carry()  # pyright: ignore[reportAttributeAccessIssue]
+            return jax.tree.map(
+                lambda x: jnp.broadcast_to(x, (self.num_agents, *x.shape)), carry
+            )
+        return eqx.filter_vmap(lambda network: network.initial_carry())(agents)
+
+    def agent_step(
+        self, agents: AbstractQNetwork, carry: PyTree[Array], observation: PyTree[Array]
+    ) -> tuple[PyTree[Array], Float[Array, "num_agents num_actions"]]:
+        """Recurrent agents' step in one world: each agent reads its observation
+        (`[num_agents, ...]` leaves) with its carry; `(next_carry, q_values)`."""
+        if self.share_parameters:
+            inputs = every_agent_with_index(observation, self.num_agents)
+            return jax.vmap(agents.step)(carry, inputs)  # pyright: ignore[reportAttributeAccessIssue]
+        return eqx.filter_vmap(lambda network, c, o: network.step(c, o))(
+            agents, carry, observation
+        )
+
+    def agent_unroll(
+        self,
+        agents: AbstractQNetwork,
+        carry: PyTree[Array],
+        observations: PyTree[Array],
+        episode_start: Bool[Array, " num_steps"],
+    ) -> Float[Array, "num_agents num_steps num_actions"]:
+        """Recurrent agents through one world's sequence: every agent's values at
+        every step, from `carry` (`[num_agents, ...]` leaves), resetting where
+        `episode_start` is set; `observations` has `[num_steps, num_agents, ...]`
+        leaves."""
+        if self.share_parameters:
+            observations = jax.vmap(
+                lambda o: every_agent_with_index(o, self.num_agents)
+            )(observations)
+        by_agent = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), observations)
+        if self.share_parameters:
+            unroll = jax.vmap(agents.unroll, in_axes=(0, 0, None))  # pyright: ignore[reportAttributeAccessIssue]
+            return unroll(carry, by_agent, episode_start)[1]
+        return eqx.filter_vmap(
+            lambda network, c, o: network.unroll(c, o, episode_start)[1]
+        )(agents, carry, by_agent)
 
     def agent_q_values(
         self,
@@ -472,6 +556,75 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
         loss = jnp.mean(huber_loss(q_total - target, self.algorithm.huber_delta))
         return loss, {"loss": loss, "q_value": jnp.mean(q_total)}
 
+    def sequence_loss(
+        self,
+        networks: tuple[AbstractQNetwork, AbstractMixer],
+        target_networks: tuple[AbstractQNetwork, AbstractMixer],
+        batch: ReplaySequence,
+        key: PRNGKeyArray,
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """`loss` for recurrent agents, on a minibatch of stored sequences: the
+        online and the target agents unroll each sequence from its stored carry
+        (resetting at episode starts), and every step's `Q_tot` regresses on `r +
+        discount * Q_tot'` with the next step's values in the sequence (the chunk's
+        last step has its next observation stored with it). A truncated step
+        (kept as such with `bootstrap_on_truncation=True`) has no target in the
+        sequence (its next observation is the next episode's) and is left out of
+        the mean.
+
+        **Returns:**
+
+        `(loss, {"loss": ..., "q_value": mean Q_tot})`.
+        """
+        del key
+        dqn = self.algorithm
+        agents, mixer = networks
+        target_agents, target_mixer = target_networks
+
+        def one(sequence: ReplaySequence):
+            joint: _JointObservation = sequence.observation
+            start = sequence.episode_start
+            q = self.agent_unroll(agents, sequence.carry, joint.observation, start)
+            q_target = jax.lax.stop_gradient(
+                self.agent_unroll(
+                    target_agents, sequence.carry, joint.observation, start
+                )
+            )
+            num_steps = sequence.reward.shape[0]
+            taken = jnp.swapaxes(sequence.action, 0, 1)[..., None]
+            chosen = jnp.take_along_axis(q[:, :num_steps], taken, axis=2)[..., 0]
+            next_online = jax.lax.stop_gradient(q[:, 1:]) if dqn.double_q else None
+            next_target = q_target[:, 1:]
+            next_mask = (
+                None
+                if joint.action_mask is None
+                else jnp.swapaxes(joint.action_mask[1:], 0, 1)
+            )
+            per_step = jax.vmap(bootstrap_action_value)
+            next_values = jax.vmap(per_step)(
+                next_target,
+                next_target if next_online is None else next_online,
+                next_mask,
+            )
+            states = joint.global_state
+            q_total = jax.vmap(mixer)(
+                jnp.swapaxes(chosen, 0, 1), None if states is None else states[:-1]
+            )
+            next_total = jax.vmap(target_mixer)(
+                jnp.swapaxes(next_values, 0, 1), None if states is None else states[1:]
+            )
+            discount = jnp.where(sequence.terminated, 0.0, dqn.gamma)
+            target = jax.lax.stop_gradient(sequence.reward + discount * next_total)
+            weight = jnp.where(
+                sequence.truncated & ~sequence.terminated, 0.0, 1.0
+            ).astype(jnp.float32)
+            return q_total, target, weight
+
+        q_total, target, weight = jax.vmap(one)(batch)
+        errors = huber_loss(q_total - target, dqn.huber_delta)
+        loss = jnp.sum(weight * errors) / jnp.maximum(jnp.sum(weight), 1.0)
+        return loss, {"loss": loss, "q_value": jnp.mean(q_total)}
+
     # ------------------------------------------------------------------ state
     def _transition(
         self,
@@ -488,6 +641,51 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             next_observation=next_timestep.extras["final_observation"],
         )
 
+    def _step_record(
+        self,
+        timestep: TimeStep,
+        action: Int[Array, "num_envs num_agents"],
+        next_timestep: TimeStep,
+    ) -> dict[str, Any]:
+        """What a recurrent team keeps of one step of every world for its
+        sequences: the observation read, whether it began an episode, the joint
+        action, the team reward and the episode ends."""
+        return dict(
+            observation=timestep.observation,
+            episode_start=timestep.terminated | timestep.truncated,
+            action=action,
+            reward=jnp.sum(next_timestep.reward, axis=-1),
+            **self.algorithm.episode_ends(next_timestep),
+        )
+
+    def _sequences(
+        self, steps: dict[str, Any], last: TimeStep, carry: PyTree[Array]
+    ) -> ReplaySequence:
+        """Every world's chunk of an iteration (`_step_record`s stacked,
+        `[num_steps, num_envs, ...]`, in; `[num_envs, ...]` sequences out): the
+        observation after the last step (`last`'s, a new episode's first after
+        an automatic reset) closes the chunk, and `carry` is what the agents held
+        before the first step (an observation after an ended step starts an
+        episode: the carry resets before reading it)."""
+
+        def close(steps: Array, after: Array) -> Array:
+            return jnp.concatenate([steps, after[None]])
+
+        observation = jax.tree.map(close, steps["observation"], last.observation)
+        start = close(steps["episode_start"], last.terminated | last.truncated)
+        # One world's sequence at a time (a sequence's shapes are checked), the
+        # worlds second in the steps' arrays.
+        one_world = jax.vmap(ReplaySequence, in_axes=(1, 1, 1, 1, 1, 1, 0))
+        return one_world(
+            observation,
+            steps["action"],
+            steps["reward"],
+            steps["terminated"],
+            steps["truncated"],
+            start,
+            carry,
+        )
+
     def init(self, key: PRNGKeyArray) -> ValueDecompositionState:
         agents_key, mixer_key, reset_key, state_key = jr.split(key, 4)
         agents = self.make_agents(agents_key)
@@ -499,8 +697,24 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             jr.split(reset_key, self.num_envs)
         )
         action = jnp.zeros((self.num_envs, self.num_agents), jnp.int32)
-        example = jax.vmap(self._transition)(timestep, action, timestep)
-        buffer = ReplayBuffer.empty(example, self.algorithm.buffer_capacity)
+        carry = None
+        if self.recurrent:
+            dqn = self.algorithm
+            world_carry = self.agent_initial_carry(agents)
+            carry = jax.tree.map(
+                lambda x: jnp.broadcast_to(x, (self.num_envs, *x.shape)), world_carry
+            )
+            num_steps = dqn.train_frequency
+            steps = jax.tree.map(
+                lambda x: jnp.broadcast_to(x, (num_steps, *x.shape)),
+                self._step_record(timestep, action, timestep),
+            )
+            example = self._sequences(steps, timestep, carry)
+            capacity = dqn.buffer_size // (self.num_envs * num_steps)
+        else:
+            example = jax.vmap(self._transition)(timestep, action, timestep)
+            capacity = self.algorithm.buffer_capacity
+        buffer = ReplayBuffer.empty(example, capacity)
         return ValueDecompositionState(
             agents=agents,
             mixer=mixer,
@@ -513,15 +727,21 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             key=state_key,
             iteration=jnp.int32(0),
             num_updates=jnp.int32(0),
+            carry=carry,
         )
 
     def environment_axes(self, state: ValueDecompositionState) -> PyTree[int]:
-        """Worlds come first in the world states and timesteps, and second in the
-        replay buffer's `[capacity, num_envs, ...]` rows."""
-        return eqx.tree_at(
+        """Worlds come first in the world states, timesteps and carries, and second
+        in the replay buffer's `[capacity, num_envs, ...]` rows."""
+        axes = eqx.tree_at(
             lambda tree: tree.buffer.transitions,
             super().environment_axes(state),
             jax.tree.map(lambda _: 1, state.buffer.transitions),
+        )
+        if state.carry is None:
+            return axes
+        return eqx.tree_at(
+            lambda tree: tree.carry, axes, jax.tree.map(lambda _: 0, state.carry)
         )
 
     def diverged(
@@ -576,6 +796,25 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
         choose = jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0))
         return choose(q_values, uniforms, epsilon, timestep.action_mask)
 
+    def _act_recurrent(
+        self,
+        agents: AbstractQNetwork,
+        carry: PyTree[Array],
+        epsilon: Float[Array, ""],
+        timestep: TimeStep,
+        uniforms: Float[Array, " num_agents"],
+    ) -> tuple[PyTree[Array], Int[Array, " num_agents"]]:
+        """`_act` for recurrent agents in one world: each reads its observation
+        with its carry (reset first if the observation starts an episode);
+        `(next_carry, joint_action)`."""
+        start = timestep.terminated | timestep.truncated
+        carry = reset_carry(carry, self.agent_initial_carry(agents), start)
+        carry, q_values = self.agent_step(
+            agents, carry, timestep.observation.observation
+        )
+        choose = jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0))
+        return carry, choose(q_values, uniforms, epsilon, timestep.action_mask)
+
     def train_iteration(
         self, state: ValueDecompositionState
     ) -> tuple[ValueDecompositionState, dict[str, Array]]:
@@ -600,29 +839,42 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
         )
         shape = (dqn.train_frequency, num_envs)
         first_step = state.iteration * self.steps_per_iteration
+        recurrent = state.carry is not None
         act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
+        act_recurrent = eqx.filter_vmap(
+            self._act_recurrent, in_axes=(None, 0, None, 0, 0)
+        )
         step_worlds = jax.vmap(self.training_env.step)
 
         def step(carry, inputs):
-            env_state, timestep, buffer = carry
+            env_state, timestep, buffer, agent_carry = carry
             index, value_keys, uniforms, step_keys = inputs
             epsilon = dqn.epsilon(first_step + index * num_envs)
-            action = act(state.agents, epsilon, timestep, value_keys, uniforms)
+            if recurrent:
+                agent_carry, action = act_recurrent(
+                    state.agents, agent_carry, epsilon, timestep, uniforms
+                )
+            else:
+                action = act(state.agents, epsilon, timestep, value_keys, uniforms)
             env_state, next_timestep = step_worlds(env_state, action, step_keys)
-            buffer = buffer.add(
-                jax.vmap(self._transition)(timestep, action, next_timestep)
-            )
+            if recurrent:  # the iteration's chunks are stored after the loop
+                record = self._step_record(timestep, action, next_timestep)
+            else:
+                record = None
+                buffer = buffer.add(
+                    jax.vmap(self._transition)(timestep, action, next_timestep)
+                )
             episode = {
                 "done": next_timestep.terminated | next_timestep.truncated,
                 "episode_return": next_timestep.extras["episode_return"],
                 "episode_length": next_timestep.extras["episode_length"],
             }
-            return (env_state, next_timestep, buffer), episode
+            return (env_state, next_timestep, buffer, agent_carry), (episode, record)
 
         with skip_action_checks():
-            (env_state, timestep, buffer), episode = scan_or_step(
+            (env_state, timestep, buffer, carry), (episode, steps) = scan_or_step(
                 step,
-                (state.env_state, state.timestep, state.buffer),
+                (state.env_state, state.timestep, state.buffer, state.carry),
                 (
                     jnp.arange(dqn.train_frequency, dtype=jnp.int32),
                     random_split(value_key, shape),
@@ -630,8 +882,19 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
                     random_split(step_key, shape),
                 ),
             )
+        if recurrent:
+            buffer = buffer.add(self._sequences(steps, timestep, state.carry))
 
         collected = (state.iteration + 1) * self.steps_per_iteration
+        replay = (
+            dict(
+                loss=self.sequence_loss,
+                gather=ReplayBuffer.gather_sequences,
+                batch_size=dqn.batch_size // dqn.train_frequency,
+            )
+            if recurrent
+            else dict(loss=self.loss)
+        )
         networks, targets, optimizer_state, num_updates, metrics = dqn.learn(
             (state.agents, state.mixer),
             (state.target_agents, state.target_mixer),
@@ -641,7 +904,7 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             state.num_updates,
             sample_key,
             loss_key,
-            loss=self.loss,
+            **replay,
         )
         metrics = {
             **team_episode_metrics(episode),
@@ -661,6 +924,7 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             key=key,
             iteration=state.iteration + 1,
             num_updates=num_updates.astype(jnp.int32),
+            carry=carry,
         )
         return state, metrics
 
@@ -718,6 +982,15 @@ class VDN(AbstractValueDecomposition):
     with its one-hot agent index appended (JaxMARL's default); with
     `share_parameters=False` every agent has its own (stacked on a leading agent
     axis).
+
+    With a recurrent agent network (`network_factory=eqxrl.nn.GRUQNetwork.from_env`,
+    any [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork]) the
+    agents keep a carry per world (`ValueDecompositionState.carry`), the buffer
+    keeps every world's steps of an iteration as a sequence with the carry it
+    started from, and updates unroll the agents through sampled sequences
+    ([`sequence_loss`][eqxrl.multiagent.AbstractValueDecomposition.sequence_loss];
+    one-step targets, `batch_size` counted in steps and a multiple of
+    `train_frequency`).
 
     **Arguments:**
 
@@ -865,7 +1138,12 @@ class QMIX(AbstractValueDecomposition):
 
     @classmethod
     def jaxmarl(
-        cls, env: AbstractEnvironment, *, share_parameters: bool = True, **overrides
+        cls,
+        env: AbstractEnvironment,
+        *,
+        share_parameters: bool = True,
+        recurrent: bool = False,
+        **overrides,
     ) -> "QMIX":
         """QMIX with the settings of JaxMARL's `baselines/QLearning/qmix_rnn.py`
         on MPE (`config/alg/ql_rnn_mpe.yaml`): 8 worlds stepped 26 times per
@@ -878,16 +1156,23 @@ class QMIX(AbstractValueDecomposition):
         and no bootstrap at MPE's time limit (`bootstrap_on_truncation=False`, as
         JaxMARL's single `done` flag).
 
-        What differs: JaxMARL's agents are recurrent (Dense 64, GRU 64, Dense),
-        trained on whole episodes; here two ReLU layers of 64 on minibatches of
-        transitions. Its optimizer is RAdam (here Adam); its
-        epsilon decays from the first iteration, DQN's is 1 until
-        `learning_starts`.
+        With `recurrent=True`, JaxMARL's agents: Dense 64 + ReLU, GRU 64, a linear
+        head ([`GRUQNetwork`][eqxrl.nn.GRUQNetwork] at its defaults), trained on
+        the stored sequences of 26 steps (minibatches of 32); JaxMARL resets every
+        world at each iteration so that its sequences are whole episodes from a
+        zero carry, while here the worlds run on and each sequence starts from the
+        carry its first step was read with (MPE's 25-step episodes drift across
+        the 26-step chunks). Without it (the default), two ReLU layers of 64 on
+        minibatches of transitions.
+
+        What differs besides: JaxMARL's optimizer is RAdam (here Adam); its epsilon
+        decays from the first iteration, DQN's is 1 until `learning_starts`.
 
         **Arguments:**
 
         - `env`: the multi-agent environment (not auto-resetting).
         - `share_parameters`: one network for all agents (JaxMARL's).
+        - `recurrent`: JaxMARL's recurrent agents (above).
         - `**overrides`: DQN fields to change (e.g. `total_timesteps`).
         """
         settings = dict(
@@ -899,5 +1184,7 @@ class QMIX(AbstractValueDecomposition):
             hidden_sizes=(64, 64),
             double_q=True,
         )
+        if recurrent:
+            settings["network_factory"] = GRUQNetwork.from_env
         dqn = DQN(env=env, **{**settings, **overrides})
         return cls(dqn, share_parameters=share_parameters)

@@ -400,6 +400,35 @@ class EpsilonGreedyPolicy(AbstractPolicy):
         uniform = jr.uniform(uniform_key, (), jnp.float32)
         return epsilon_greedy_action(q_values, uniform, self.epsilon, action_mask)
 
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether the network carries a state from step to step."""
+        return self.network.is_recurrent
+
+    def initial_carry(self) -> PyTree[Array] | None:
+        """A recurrent network's carry at an episode's start; `None` otherwise."""
+        if not self.network.is_recurrent:
+            return None
+        return self.network.initial_carry()  # pyright: ignore[reportAttributeAccessIssue]
+
+    def step(
+        self,
+        carry: PyTree[Array] | None,
+        observation: PyTree[Array],
+        key: PRNGKeyArray,
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> tuple[PyTree[Array] | None, Int[Array, ""]]:
+        """One step of an episode, `(next_carry, action)`: a recurrent network
+        reads `observation` with `carry`; a feed-forward one acts as `__call__`."""
+        if not self.network.is_recurrent:
+            return carry, self(observation, key, action_mask)
+        _, uniform_key = jr.split(key)
+        carry, q_values = self.network.step(carry, observation)  # pyright: ignore[reportAttributeAccessIssue]
+        uniform = jr.uniform(uniform_key, (), jnp.float32)
+        return carry, epsilon_greedy_action(
+            q_values, uniform, self.epsilon, action_mask
+        )
+
 
 def epsilon_greedy_action(
     q_values: Float[Array, " num_actions"],
