@@ -4,6 +4,7 @@
     pip install "eqxrl[jaxmarl]"
     python examples/qmix_mpe.py                              # a short run
     python examples/qmix_mpe.py --total-timesteps 10000000   # JaxMARL's length
+    python examples/qmix_mpe.py --recurrent                  # JaxMARL's GRU agents
 
 Three agents must cover three landmarks without colliding. Each agent picks its
 action greedily (epsilon-greedily while exploring) from its own Q-network on its own
@@ -19,8 +20,10 @@ episode.
 (`ql_rnn_mpe.yaml`: 8 worlds x 26 steps per iteration, a buffer of 130,000
 transitions, minibatches of 832, double-Q targets, a target copy every 200 updates,
 epsilon from 1 to 0.05 over the first 10% of the run, learning rate 0.005 decayed
-linearly, a mixer of 32 / 128); its agents are feed-forward (JaxMARL's are
-recurrent). The default run is short (104,000 world steps, learning from 10,000
+linearly, a mixer of 32 / 128); its agents are feed-forward unless `--recurrent`
+gives them JaxMARL's GRU (Dense 64, GRU 64, a linear head), trained on the stored
+26-step sequences of every world with the carries they started from, 32 sequences
+per update. The default run is short (104,000 world steps, learning from 10,000
 on, as in JaxMARL's): on seed 0 the team's return, about -85 for random agents,
 dips while the agents explore and ends near -79; JaxMARL trains for 10M steps.
 """
@@ -55,7 +58,14 @@ def main() -> None:
         help="world steps collected before the first update",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=32 * 26, help="transitions per update"
+        "--batch-size",
+        type=int,
+        default=32 * 26,
+        help="transitions per update (with --recurrent, a multiple of 26: whole "
+        "sequences)",
+    )
+    parser.add_argument(
+        "--recurrent", action="store_true", help="JaxMARL's recurrent (GRU) agents"
     )
     parser.add_argument(
         "--buffer-size", type=int, default=5_000 * 26, help="replay capacity"
@@ -70,13 +80,18 @@ def main() -> None:
     )
     qmix = QMIX.jaxmarl(
         env,
+        recurrent=args.recurrent,
         total_timesteps=args.total_timesteps,
         learning_starts=args.learning_starts,
         batch_size=args.batch_size,
         buffer_size=args.buffer_size,
     )
     steps = qmix.num_iterations * qmix.steps_per_iteration
-    print(f"QMIX (one shared Q-network, a monotonic mixer): {steps:,} world steps")
+    agents = "recurrent" if args.recurrent else "feed-forward"
+    print(
+        f"QMIX (one shared {agents} Q-network, a monotonic mixer): {steps:,} "
+        "world steps"
+    )
     state, metrics = qmix.train(jr.key(args.seed))
 
     # The team's return of the episodes that ended, in up to 10 stretches of

@@ -274,14 +274,18 @@ def test_mappo_example_trains_recurrent_mappo_on_mpe(run_script):
 
 
 @pytest.mark.slow
-def test_qmix_example_trains_qmix_on_mpe(run_script):
+@pytest.mark.parametrize("recurrent", [False, True], ids=["mlp", "gru"])
+def test_qmix_example_trains_qmix_on_mpe(run_script, recurrent):
     import_jaxmarl_or_skip()
     output = run_script(
         EXAMPLES / "qmix_mpe.py",
         *("--total-timesteps", "2080", "--learning-starts", "416"),
-        *("--batch-size", "32", "--buffer-size", "1040"),
+        *("--batch-size", "52" if recurrent else "32", "--buffer-size", "1040"),
+        *(["--recurrent"] if recurrent else []),
     )
     assert "3 agents, observation (18,), global state (54,)" in output, output
+    agents = "recurrent" if recurrent else "feed-forward"
+    assert f"one shared {agents} Q-network" in output, output
     # 10 iterations of 8 worlds x 26 steps, updates from the third on.
     curve = team_returns(output)
     assert len(curve) == 10, output
