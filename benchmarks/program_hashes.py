@@ -6,8 +6,10 @@ a change leaves them as they were (the same program runs at the same speed).
 
 Covers `train` of PPO on CartPole-v1 (plain; observations and rewards normalized),
 Pendulum-v1 (Gaussian; tanh-squashed with Brax's head), Snake-v0 and GridMaze-v0,
-independent PPO on TreasureHunt-v0 (per-agent and shared parameters), DQN on
-CartPole-v1 and SAC on Pendulum-v1, and the evaluation program of a PPO policy.
+independent PPO on TreasureHunt-v0 (per-agent and shared parameters), DQN and IQN on
+CartPole-v1, SAC on Pendulum-v1, GRU PPO on StatelessCartPole-v1, MAPPO (feed-forward;
+GRU with per-agent critics), VDN and QMIX (feed-forward; GRU agents) on
+TreasureHunt-v0, and the evaluation program of a PPO policy.
 Hashes depend on the jax version: compare on one venv.
 """
 
@@ -24,6 +26,30 @@ from eqxrl.envs import make
 from eqxrl.training import evaluate
 
 TWO_ITERATIONS = 4 * 128 * 2
+
+
+def _team_ppo(**options) -> eqxrl.PPO:
+    return eqxrl.PPO(
+        env=make("TreasureHunt-v0"),
+        num_envs=4,
+        num_steps=16,
+        total_timesteps=128,
+        **options,
+    )
+
+
+def _team_dqn(**options) -> eqxrl.DQN:
+    return eqxrl.DQN(
+        env=make("TreasureHunt-v0"),
+        num_envs=4,
+        train_frequency=4,
+        total_timesteps=4 * 4 * 4,
+        buffer_size=64,
+        learning_starts=32,
+        batch_size=16,
+        n_step=1,
+        **options,
+    )
 CONFIGS = {
     "ppo_cartpole": lambda: eqxrl.PPO(
         env=make("CartPole-v1"), total_timesteps=TWO_ITERATIONS
@@ -62,7 +88,24 @@ CONFIGS = {
         share_parameters=True,
     ),
     "dqn_cartpole": lambda: eqxrl.DQN(env=make("CartPole-v1"), total_timesteps=20_000),
+    "iqn_cartpole": lambda: eqxrl.IQN(env=make("CartPole-v1"), total_timesteps=20_000),
     "sac_pendulum": lambda: eqxrl.SAC(env=make("Pendulum-v1"), total_timesteps=20_000),
+    "ppo_gru_stateless_cartpole": lambda: eqxrl.PPO(
+        env=make("StatelessCartPole-v1"),
+        total_timesteps=TWO_ITERATIONS,
+        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+    ),
+    "mappo_treasure_hunt": lambda: eqxrl.multiagent.MAPPO(_team_ppo()),
+    "mappo_gru_treasure_hunt_own_critics": lambda: eqxrl.multiagent.MAPPO(
+        _team_ppo(network_factory=eqxrl.nn.GRUActorCritic.from_env),
+        share_parameters=True,
+        share_critic=False,
+    ),
+    "vdn_treasure_hunt": lambda: eqxrl.multiagent.VDN(_team_dqn()),
+    "qmix_treasure_hunt": lambda: eqxrl.multiagent.QMIX(_team_dqn()),
+    "qmix_gru_treasure_hunt": lambda: eqxrl.multiagent.QMIX(
+        _team_dqn(network_factory=eqxrl.nn.GRUQNetwork.from_env)
+    ),
 }
 
 
@@ -92,7 +135,7 @@ def main() -> None:
     arguments = parser.parse_args()
     found = hashes()
     for name, value in found.items():
-        print(f"{name:28s} {value}")
+        print(f"{name:36s} {value}")
     print(f"{len(found)} programs hashed")
     if arguments.save:
         with open(arguments.save, "w") as file:
