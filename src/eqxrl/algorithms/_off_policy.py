@@ -1,14 +1,67 @@
-"""What the replay-based algorithms (DQN, IQN, SAC) share: the checks of their
-collection and update schedule, the per-step episode statistics, and the target
-networks' Polyak averaging and periodic copies."""
+"""What the replay-based algorithms (DQN, IQN, SAC) share: their base class (the
+collection schedule's fields and what follows from them), the checks of that
+schedule, the per-step episode statistics, and the target networks' Polyak
+averaging and periodic copies."""
 
 from typing import Any
 
+import equinox as eqx
 import jax.lax as lax
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, PyTree
 
-from ..envs import TimeStep
+from ..envs import AbstractEnvironment, TimeStep
+from ._base import AbstractAlgorithm, StateT
+
+
+class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
+    """What the replay-based algorithms ([`DQN`][eqxrl.DQN], [`IQN`][eqxrl.IQN]
+    through [`AbstractQLearning`][eqxrl.algorithms.AbstractQLearning], and
+    [`SAC`][eqxrl.SAC]) share: an iteration steps `num_envs` auto-resetting
+    environments `train_frequency` times, adds every step to a replay buffer of
+    `buffer_size` transitions, and (once `learning_starts` environment steps are
+    collected) runs `gradient_steps` updates on minibatches of `batch_size`. The
+    fields below come first in every subclass, in this order; a subclass changes
+    their defaults by declaring them again, and adds its network, loss and update.
+
+    **Arguments:**
+
+    - `env`: the environment (not auto-resetting: the algorithm adds `AutoReset`
+      and `EpisodeStatistics` itself).
+    - `num_envs`: environments stepped in parallel.
+    - `total_timesteps`: environment steps of the whole run; the run has
+      `total_timesteps // (num_envs * train_frequency)` iterations.
+    - `buffer_size`: transitions the replay buffer keeps.
+    - `learning_starts`: environment steps collected before the first update.
+    - `train_frequency`: steps of every environment per iteration.
+    - `gradient_steps`: updates per iteration.
+    - `batch_size`: transitions per update.
+    """
+
+    env: AbstractEnvironment
+    num_envs: int = eqx.field(static=True, default=1)
+    total_timesteps: int = eqx.field(static=True, default=20_000)
+    buffer_size: int = eqx.field(static=True, default=100_000)
+    learning_starts: int = eqx.field(static=True, default=1_000)
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    batch_size: int = eqx.field(static=True, default=256)
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps collected per iteration: `num_envs * train_frequency`."""
+        return self.num_envs * self.train_frequency
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations of a run: `total_timesteps // steps_per_iteration`."""
+        return self.total_timesteps // self.steps_per_iteration
+
+    @property
+    def buffer_capacity(self) -> int:
+        """Rows of the replay buffer (`buffer_size // num_envs`); each row holds one
+        step of every environment."""
+        return self.buffer_size // self.num_envs
 
 
 def check_replay_schedule(

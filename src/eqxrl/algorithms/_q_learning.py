@@ -35,14 +35,11 @@ from ..nn import (
     epsilon_greedy_action,
     greedy_action,
 )
-from ._base import (
-    AbstractAlgorithm,
-    injected_learning_rate,
-    with_replay_environment_axes,
-)
+from ._base import injected_learning_rate, with_replay_environment_axes
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
 from ._metrics import ended_episode_metrics
 from ._off_policy import (
+    AbstractOffPolicyAlgorithm,
     check_replay_schedule,
     copy_if_due,
     episode_step_statistics,
@@ -142,7 +139,7 @@ def bootstrap_action_value(
     return jnp.take_along_axis(target_q_values, action[None], axis=0)[0]
 
 
-class AbstractQLearning(AbstractAlgorithm[QLearningState]):
+class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
     """Off-policy value-based learning with a replay buffer: what DQN and IQN share.
 
     One iteration steps `num_envs` auto-resetting environments `train_frequency`
@@ -208,13 +205,11 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     # Whether the network predicts quantiles (IQN) rather than one value per action.
     distributional: ClassVar[bool] = False
 
-    env: AbstractEnvironment
+    # The schedule's fields are the base's; these are Q-learning's defaults.
     num_envs: int = eqx.field(static=True, default=16)
     total_timesteps: int = eqx.field(static=True, default=500_000)
     buffer_size: int = eqx.field(static=True, default=20_000)
     learning_starts: int = eqx.field(static=True, default=10_000)
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
     batch_size: int = eqx.field(static=True, default=128)
     n_step: int = eqx.field(static=True, default=3)
     target_update_interval: int = eqx.field(static=True, default=50)
@@ -317,21 +312,6 @@ class AbstractQLearning(AbstractAlgorithm[QLearningState]):
     ) -> tuple[Float[Array, ""], dict[str, Array]]:
         """The loss of a minibatch (`[batch_size, ...]` leaves) and scalar statistics
         (the same keys every call)."""
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """Environment steps collected per iteration: `num_envs * train_frequency`."""
-        return self.num_envs * self.train_frequency
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.steps_per_iteration
-
-    @property
-    def buffer_capacity(self) -> int:
-        """Rows of the replay buffer (`buffer_size // num_envs`); each row holds one
-        step of every environment."""
-        return self.buffer_size // self.num_envs
 
     @property
     def training_env(self) -> AbstractEnvironment:

@@ -30,11 +30,12 @@ from ..nn import (
     RunningMeanStd,
     TanhGaussianPolicy,
 )
-from ._base import AbstractAlgorithm, with_replay_environment_axes
+from ._base import with_replay_environment_axes
 from ._brax_hyperparameters import brax_sac_arguments
 from ._checks import refuse_auto_reset, refuse_multi_agent
 from ._metrics import ended_episode_metrics
 from ._off_policy import (
+    AbstractOffPolicyAlgorithm,
     check_replay_schedule,
     episode_step_statistics,
     polyak_update,
@@ -114,7 +115,7 @@ def normalize_batch(
     return normalize(observations)
 
 
-class SAC(AbstractAlgorithm[SACState]):
+class SAC(AbstractOffPolicyAlgorithm[SACState]):
     """Soft actor-critic (Haarnoja et al., 2018) for `Box` action spaces, with twin
     critics, target networks and an automatically tuned entropy temperature.
 
@@ -204,14 +205,7 @@ class SAC(AbstractAlgorithm[SACState]):
         ```
     """
 
-    env: AbstractEnvironment
-    num_envs: int = eqx.field(static=True, default=1)
-    total_timesteps: int = eqx.field(static=True, default=20_000)
-    buffer_size: int = eqx.field(static=True, default=100_000)
-    learning_starts: int = eqx.field(static=True, default=1_000)
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
-    batch_size: int = eqx.field(static=True, default=256)
+    # The schedule's fields (`env` to `batch_size`) are the base's, at its defaults.
     target_update_interval: int = eqx.field(static=True, default=1)
     tau: Float[Array, ""] = eqx.field(
         default=0.005, converter=in_range("tau", 0.0, 1.0)
@@ -361,21 +355,6 @@ class SAC(AbstractAlgorithm[SACState]):
             ```
         """
         return cls(**brax_sac_arguments(env, brax_arguments))
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """Environment steps collected per iteration: `num_envs * train_frequency`."""
-        return self.num_envs * self.train_frequency
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.steps_per_iteration
-
-    @property
-    def buffer_capacity(self) -> int:
-        """Rows of the replay buffer (`buffer_size // num_envs`); each row holds one
-        step of every environment."""
-        return self.buffer_size // self.num_envs
 
     @property
     def action_size(self) -> int:

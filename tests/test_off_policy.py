@@ -1,0 +1,79 @@
+"""The replay-based algorithms' shared base: one declaration of the collection
+schedule, each algorithm's own defaults, and the quantities derived from it."""
+
+import dataclasses
+
+import pytest
+
+import eqxrl
+from eqxrl.algorithms import AbstractOffPolicyAlgorithm
+
+SCHEDULE = (
+    "env",
+    "num_envs",
+    "total_timesteps",
+    "buffer_size",
+    "learning_starts",
+    "train_frequency",
+    "gradient_steps",
+    "batch_size",
+)
+
+
+@pytest.mark.parametrize("algorithm", [eqxrl.DQN, eqxrl.IQN, eqxrl.SAC])
+def test_the_schedule_comes_first_in_one_order(algorithm):
+    assert issubclass(algorithm, AbstractOffPolicyAlgorithm)
+    names = [field.name for field in dataclasses.fields(algorithm)]
+    assert tuple(names[: len(SCHEDULE)]) == SCHEDULE
+    # Keyword construction by position is kept: `DQN(env, 8)` is 8 environments.
+    env = eqxrl.envs.make("Pendulum-v1" if algorithm is eqxrl.SAC else "CartPole-v1")
+    assert algorithm(env, 8).num_envs == 8
+
+
+def test_each_algorithm_keeps_its_own_defaults():
+    def defaults(algorithm):
+        fields = {field.name: field.default for field in dataclasses.fields(algorithm)}
+        return {name: fields[name] for name in SCHEDULE[1:]}
+
+    assert defaults(eqxrl.DQN) == dict(
+        num_envs=16,
+        total_timesteps=500_000,
+        buffer_size=20_000,
+        learning_starts=10_000,
+        train_frequency=1,
+        gradient_steps=1,
+        batch_size=128,
+    )
+    assert defaults(eqxrl.SAC) == dict(
+        num_envs=1,
+        total_timesteps=20_000,
+        buffer_size=100_000,
+        learning_starts=1_000,
+        train_frequency=1,
+        gradient_steps=1,
+        batch_size=256,
+    )
+
+
+def test_derived_quantities():
+    dqn = eqxrl.DQN(
+        env=eqxrl.envs.make("CartPole-v1"),
+        num_envs=4,
+        train_frequency=3,
+        total_timesteps=1_000,
+        buffer_size=1_002,
+        learning_starts=12,
+        batch_size=8,
+    )
+    assert dqn.steps_per_iteration == 12
+    assert dqn.num_iterations == 83  # 1000 // 12
+    assert dqn.buffer_capacity == 250  # rows of 4 environments
+    sac = eqxrl.SAC(
+        env=eqxrl.envs.make("Pendulum-v1"),
+        num_envs=2,
+        buffer_size=1_001,
+        learning_starts=100,
+        batch_size=32,
+    )
+    assert (sac.steps_per_iteration, sac.buffer_capacity) == (2, 500)
+    assert sac.num_iterations == 10_000
