@@ -50,6 +50,8 @@ def _team_dqn(**options) -> eqxrl.DQN:
         n_step=1,
         **options,
     )
+
+
 CONFIGS = {
     "ppo_cartpole": lambda: eqxrl.PPO(
         env=make("CartPole-v1"), total_timesteps=TWO_ITERATIONS
