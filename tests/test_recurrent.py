@@ -216,8 +216,27 @@ def test_counting_task_is_solved_by_a_gru_and_not_without_memory():
     assert not bool(jnp.any(counting_success(feed_forward, state, jr.key(3))))
 
 
+@pytest.mark.parametrize("num_sequences, unroll", [(None, 4), (1, 1), (2, 4)])
+def test_sequence_batch_hint_sets_the_sequence_loop_s_unroll_on_cpu(
+    num_sequences, unroll
+):
+    # The CPU rule: one step per loop iteration for a single sequence (recurrent
+    # PPO at PureJaxRL's config), 4 for more or when unknown.
+    network = eqxrl.nn.GRUActorCritic(
+        Box(low=-1.0, high=1.0, shape=(3,)), Discrete(2), hidden_size=8, key=jr.key(0)
+    )
+    starts = jnp.zeros(9, bool)
+    with eqxrl.nn.sequence_batch_hint(num_sequences):
+        jaxpr = jax.make_jaxpr(
+            lambda o: network.unroll(network.initial_carry(), o, starts)
+        )(jnp.zeros((9, 3)))
+    scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    assert [e.params["unroll"] for e in scans] == [unroll]
+
+
+@pytest.mark.parametrize("num_sequences", [None, 1])
 @pytest.mark.parametrize("network_type", ["gru", "lstm"])
-def test_unroll_is_equinox_s_cell_step_by_step(network_type):
+def test_unroll_is_equinox_s_cell_step_by_step(network_type, num_sequences):
     # The unroll computes the cells' input projections for the whole sequence
     # before its loop; its hidden states must still be what eqx.nn.GRUCell /
     # eqx.nn.LSTMCell give one step at a time, resets included, for the actor's
@@ -274,7 +293,10 @@ def test_unroll_is_equinox_s_cell_step_by_step(network_type):
         assert jnp.allclose(stepped.critic.hidden, carry.critic.hidden, atol=1e-6)
         stepped_values.append(value)
 
-    final_carry, _, values = network.unroll(start_carry, observations, episode_start)
+    with eqxrl.nn.sequence_batch_hint(num_sequences):  # unrolled 4 steps, or 1
+        final_carry, _, values = network.unroll(
+            start_carry, observations, episode_start
+        )
     assert jnp.allclose(final_carry.actor.hidden, expected[-1].actor.hidden, atol=1e-6)
     assert jnp.allclose(
         final_carry.critic.hidden, expected[-1].critic.hidden, atol=1e-6

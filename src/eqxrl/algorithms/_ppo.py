@@ -41,6 +41,7 @@ from ..nn import (
     batch_size_hint,
     empty_observation_statistics,
     reset_carry,
+    sequence_batch_hint,
     update_observation_statistics,
 )
 from ._base import AbstractAlgorithm, injected_learning_rate
@@ -1341,15 +1342,16 @@ class PPO(AbstractAlgorithm[PPOState]):
                     batch_advantages.std() + 1e-8
                 )
             if recurrent:
-                (_, statistics), grads = grad_fn(
-                    model,
-                    state.observation_statistics,
-                    batch,
-                    batch_advantages,
-                    batch_returns,
-                    noise,
-                    batch_carry,
-                )
+                with sequence_batch_hint(minibatch_rows):
+                    (_, statistics), grads = grad_fn(
+                        model,
+                        state.observation_statistics,
+                        batch,
+                        batch_advantages,
+                        batch_returns,
+                        noise,
+                        batch_carry,
+                    )
             else:
                 # On CPU a large network takes a large minibatch in blocks of rows
                 # that stay in cache; the loss is a mean over rows, so its

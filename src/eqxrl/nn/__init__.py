@@ -48,6 +48,7 @@ from ._recurrent import (
     LSTMActorCritic as LSTMActorCritic,
     LSTMCarry as LSTMCarry,
     reset_carry as reset_carry,
+    sequence_batch_hint as sequence_batch_hint,
 )
 from ._recurrent_q_network import (
     AbstractRecurrentQNetwork as AbstractRecurrentQNetwork,
