@@ -7,7 +7,8 @@ action sample draws, that loop's overhead costs more than the rest of a cheap st
 These functions compute the same hash unrolled in `jax.numpy`, so XLA fuses it with the
 code around it. For threefry keys (JAX's default) with `jax_threefry_partitionable`
 on (the default) the results are bit for bit those of `jax.random`; for any other key
-implementation or setting they call `jax.random` itself. `permutation` on CPU draws from
+implementation or setting, and off the CPU backend (`cpu_speed_tricks`), they call
+`jax.random` itself. `permutation` on CPU draws from
 the same distribution as `jax.random.permutation`, not the same permutations.
 """
 
@@ -18,12 +19,15 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, UInt32
 
+from ._speed_tricks import cpu_speed_tricks_apply
+
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
 def _threefry_key_data(key: PRNGKeyArray) -> UInt32[Array, " 2"] | None:
-    """The two key words of a threefry key, or `None` to fall back to `jax.random`."""
-    if not jax.config.jax_threefry_partitionable:
+    """The two key words of a threefry key, or `None` to fall back to `jax.random`
+    (also off the CPU, see `cpu_speed_tricks`)."""
+    if not cpu_speed_tricks_apply() or not jax.config.jax_threefry_partitionable:
         return None
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != () or jr.key_impl(key) != "threefry2x32":
@@ -152,7 +156,7 @@ def permutation(key: PRNGKeyArray, num: int) -> Int[Array, " {num}"]:
         return jnp.arange(num)
     index_bits = (num - 1).bit_length()
     use_pairs = 32 - index_bits < _MIN_PACKED_RANDOM_BITS
-    if use_pairs or jax.default_backend() != "cpu":
+    if use_pairs or not cpu_speed_tricks_apply():
         return _pair_sort_permutation(key, num)
     return _packed_sort_permutation(key, num, index_bits)
 

@@ -1,5 +1,6 @@
 """Learning algorithms and the return computations they share."""
 
+from .._speed_tricks import cpu_speed_tricks as cpu_speed_tricks
 from ._base import (
     AbstractAlgorithm as AbstractAlgorithm,
     cpu_compiler_options as cpu_compiler_options,

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import PyTree
 
 from .._filters import filter_scan
+from .._speed_tricks import cpu_speed_tricks_apply
 
 # Rows per block: measured on a 2-core AMD EPYC (1 MiB L2 per core) with Brax's PPO
 # networks (a 256 x 5 critic): 5,120-row gradients took 1.709 s per epoch whole,
@@ -35,7 +36,7 @@ def cpu_row_blocks(rows: int, network: PyTree) -> int:
     parameters, the fewest equal blocks of `CPU_BLOCK_ROWS / 2` to `CPU_BLOCK_ROWS`
     rows (1 for a batch that small already, or for one that does not split so);
     otherwise 1, where XLA's choice for the whole batch stands."""
-    if jax.default_backend() != "cpu" or rows <= CPU_BLOCK_ROWS:
+    if not cpu_speed_tricks_apply() or rows <= CPU_BLOCK_ROWS:
         return 1
     parameters = sum(
         x.size for x in jax.tree.leaves(network) if eqx.is_inexact_array(x)

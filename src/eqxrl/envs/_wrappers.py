@@ -11,6 +11,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .._filters import any_in_vmapped_batch
 from .._random import split
+from .._speed_tricks import cpu_speed_tricks_apply
 from ._checks import describe
 from ._environment import (
     FINAL_GLOBAL_STATE,
@@ -137,14 +138,16 @@ class AutoReset(AbstractWrapper):
     is part of what a reset renews, like the observation: it is the fresh episode's,
     and the pre-reset one is kept in `extras["final_global_state"]`.
 
-    The reset is lazy: it runs in a `lax.cond`, only on steps where the episode
-    ended. Under `vmap` (environments, seeds, hyperparameters) the condition is
-    whether any member of the batch ended its episode
+    On the CPU the reset is lazy: it runs in a `lax.cond`, only on steps where the
+    episode ended. Under `vmap` (environments, seeds, hyperparameters) the
+    condition is whether any member of the batch ended its episode
     ([`any_in_vmapped_batch`][eqxrl.envs.any_in_vmapped_batch]), so the cond stays a
     cond instead of becoming a select that resets every environment at every step:
     resets are rare, and would otherwise double the cost of a cheap environment's
-    step. This is how PPO, DQN and IQN step their environments:
-    `jax.vmap(AutoReset(env).step)`.
+    step. Elsewhere (GPU), where a conditional is a round trip to the host, every
+    step computes the reset and selects it (see
+    [`cpu_speed_tricks`][eqxrl.algorithms.cpu_speed_tricks]). This is how PPO, DQN
+    and IQN step their environments: `jax.vmap(AutoReset(env).step)`.
 
     **Arguments:**
 
@@ -153,7 +156,8 @@ class AutoReset(AbstractWrapper):
       work needed only when an episode is truncated (PPO passes its critic, to value
       the final observation it bootstraps from). It runs in a `lax.cond` of its own,
       nested in the reset's, only on steps where an episode was truncated (under
-      `vmap`, where any member's was), so it costs nothing on other steps,
+      `vmap`, where any member's was; on every step off the CPU), so it costs
+      nothing on other steps,
       including the far more frequent steps where episodes only terminate; its
       output is `extras["at_truncation"]`, zeros on steps where the episode was not
       truncated (and after `reset`).
@@ -190,7 +194,7 @@ class AutoReset(AbstractWrapper):
         hook = self.on_truncation
         nothing = None if hook is None else self._nothing(timestep)
 
-        def episode_ended():
+        def episode_ended(eager: bool = False):
             reset_state, reset_timestep = self.env.reset(reset_key)
             fresh = (
                 reset_state,
@@ -206,14 +210,24 @@ class AutoReset(AbstractWrapper):
             # for one conditional, not two, and where episodes end at nearly every
             # step (thousands of environments) the hook still runs only on
             # truncations.
-            at_truncation = None if hook is None else self._at_truncation(timestep)
+            at_truncation = (
+                None if hook is None else self._at_truncation(timestep, eager)
+            )
             return restarted, at_truncation
 
-        (next_state, observation, action_mask, next_global_state), at_truncation = (
-            lax.cond(
-                any_in_vmapped_batch(done), episode_ended, lambda: (stepped, nothing)
+        if cpu_speed_tricks_apply():
+            ended = any_in_vmapped_batch(done)
+            renewed, at_truncation = lax.cond(
+                ended, episode_ended, lambda: (stepped, nothing)
             )
-        )
+        else:
+            # Off the CPU, a conditional costs more than the work it saves: XLA's
+            # GPU backend reads the predicate on the host, a round trip per step
+            # (PPO at PureJaxRL's config ran 0.78x PureJaxRL's speed on an H200
+            # with the conditional). There every step computes the reset and
+            # selects it, as gymnax's and Jumanji's auto-resets do.
+            renewed, at_truncation = episode_ended(eager=True)
+        next_state, observation, action_mask, next_global_state = renewed
         extras = dict(timestep.extras)
         extras["final_observation"] = timestep.observation
         if global_state is not None:
@@ -231,12 +245,12 @@ class AutoReset(AbstractWrapper):
         )
         return next_state, timestep
 
-    def _at_truncation(self, final: TimeStep) -> PyTree:
+    def _at_truncation(self, final: TimeStep, eager: bool = False) -> PyTree:
         """`on_truncation(final)` where the episode was truncated, zeros elsewhere;
-        run only when some episode was. A conditional of its own inside the
-        reset's: episodes terminate far more often than they are truncated (with
-        thousands of environments some terminate at nearly every step), and the
-        hook (a critic) can cost more than the environment step."""
+        run only when some episode was (every step if `eager`). A conditional of
+        its own inside the reset's: episodes terminate far more often than they are
+        truncated (with thousands of environments some terminate at nearly every
+        step), and the hook (a critic) can cost more than the environment step."""
         nothing = self._nothing(final)
 
         def run():
@@ -248,6 +262,8 @@ class AutoReset(AbstractWrapper):
                 nothing,
             )
 
+        if eager:
+            return run()
         return lax.cond(any_in_vmapped_batch(final.truncated), run, lambda: nothing)
 
 

@@ -3,9 +3,10 @@ import contextvars
 from collections.abc import Iterator
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+from .._speed_tricks import cpu_speed_tricks_apply
 
 _BATCH_SIZE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "eqxrl_batch_size_hint", default=None
@@ -65,7 +66,7 @@ def apply_linear(
     if (
         batch_size is None
         or batch_size * narrow_side > _MAX_ELEMENTWISE_WORK
-        or jax.default_backend() != "cpu"
+        or not cpu_speed_tricks_apply()
     ):
         return layer(x)
     y = jnp.sum(layer.weight * x[None, :], axis=1)

@@ -15,6 +15,7 @@ import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
 from .._filters import filter_scan
+from .._speed_tricks import cpu_speed_tricks_apply
 from ..distributions import (
     AbstractActionDistribution,
     DiagonalGaussian,
@@ -353,7 +354,7 @@ def sequence_unroll_steps() -> int:
     if (
         num_sequences is not None
         and num_sequences < _MIN_SEQUENCES_TO_UNROLL
-        and jax.default_backend() == "cpu"
+        and cpu_speed_tricks_apply()
     ):
         return 1
     return _UNROLL_STEPS

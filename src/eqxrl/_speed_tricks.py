@@ -1,0 +1,62 @@
+"""The one switch for eqxrl's CPU-tuned speed tricks."""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import jax
+
+_FORCED: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "eqxrl_cpu_speed_tricks", default=None
+)
+
+
+@contextlib.contextmanager
+def cpu_speed_tricks(enabled: bool | None = True) -> Iterator[None]:
+    """Trace-time switch for the speed tricks tuned on the CPU: on wherever the
+    programs traced inside run (`True`), nowhere (`False`), or on the CPU backend
+    only (`None`, what happens outside this context).
+
+    The tricks change no result beyond float rounding (the random streams are bit
+    for bit the same, or the same distribution for the minibatch shuffle), only
+    speed. They are listed in the [Performance](../performance.md) page with their
+    gains:
+
+    - `jax.random`'s threefry hash computed inline (`eqxrl._random`);
+    - the minibatch shuffle as a sort of one packed array (`eqxrl._random.permutation`);
+    - narrow layers of a small batch as elementwise products
+      ([`batch_size_hint`][eqxrl.nn.batch_size_hint]);
+    - a single sequence's loop not unrolled
+      ([`sequence_batch_hint`][eqxrl.nn.sequence_batch_hint]);
+    - large networks over large batches in cache-sized blocks of rows.
+
+    XLA's CPU compiler options
+    ([`cpu_compiler_options`][eqxrl.algorithms.cpu_compiler_options]) are not among
+    them: they exist on the CPU backend alone. `benchmarks/gpu.py` traces programs
+    under `cpu_speed_tricks(True)` and `(False)` to measure the tricks on a GPU.
+
+    **Arguments:**
+
+    - `enabled`: `True`, `False`, or `None` for the backend's default.
+
+    !!! example
+
+        ```python
+        with eqxrl.algorithms.cpu_speed_tricks(True):
+            compiled = ppo.lower(jax.random.key(0)).compile()  # traced here
+        ```
+    """
+    token = _FORCED.set(enabled)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def cpu_speed_tricks_apply() -> bool:
+    """Whether the CPU-tuned speed tricks apply to what is being traced (see
+    `cpu_speed_tricks`)."""
+    forced = _FORCED.get()
+    if forced is not None:
+        return forced
+    return jax.default_backend() == "cpu"
