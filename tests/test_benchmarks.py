@@ -13,6 +13,7 @@ the two that need processes of their own (`scaling.py`'s device counts,
 """
 
 import ast
+import json
 import math
 import re
 import sys
@@ -177,6 +178,33 @@ SMOKE_RUNS = {
         [rf"^{NUMBER} programs hashed"],
         [],
     ),
+    "gpu.py": (
+        # Every row at its smallest size on the CPU (peers where installed), so that
+        # the script the GPU runs cannot rot.
+        ["--smoke"],
+        [
+            rf"^\| {row} \| {program} \| {NUMBER} {unit} \|"
+            for row, program, unit in (
+                ("ppo_cartpole", "PPO CartPole, PureJaxRL's config, 1 seed", "env"),
+                ("ppo_cartpole", "PPO CartPole, 4 seeds vmapped", "env"),
+                ("snake", "Snake 12x12, 8 envs x 8 steps", "env"),
+                ("snake", "Snake 12x12, 16 envs x 8 steps", "env"),
+                ("value_based", "DQN CartPole, rejax's settings, 200 steps", "env"),
+                ("value_based", "IQN CartPole, rejax's settings, 200 steps", "env"),
+                ("treasure_hunt", r"Sorrel's experiment, 1 world\(s\) .*", "epochs"),
+                ("treasure_hunt", r"Sorrel's experiment, 4 world\(s\) .*", "epochs"),
+                ("tricks", r"PPO CartPole, PureJaxRL's config: .*", "env"),
+                ("tricks", r"GRU PPO CartPole, .*", "env"),
+                ("tricks", r"Snake 8 envs: .*", "env"),
+            )
+        ]
+        + [
+            r"^\| brax \| .* \| skipped: ",
+            # The memory table: XLA's total for a program, in MiB.
+            rf"^\| PPO CartPole, PureJaxRL's config, 1 seed \| .* \| {NUMBER} \|$",
+        ],
+        [],
+    ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
         ["--configs", "default", "--episodes", "1", "--turns", "10"]
@@ -262,6 +290,25 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
             figures(pattern, output) for pattern in patterns
         )
         assert uint8_rollout < float32_rollout
+    if script == "gpu.py":
+        # Every row is in the JSON, none failed, and a tricks row compares.
+        (path,) = re.findall(r"^wrote (\S+gpu\.json) and", output, re.MULTILINE)
+        report = json.loads(Path(path).read_text())
+        rows = {result["row"] for result in report["results"]}
+        assert rows == {
+            "ppo_cartpole",
+            "snake",
+            "value_based",
+            "treasure_hunt",
+            "brax",
+            "memory",
+            "tricks",
+        }
+        assert not [r for r in report["results"] if "error" in r], report
+        assert all(
+            r["ratio_median"] > 0 for r in report["results"] if r["row"] == "tricks"
+        )
+        assert report["device"].startswith("cpu")
     if script == "multiagent.py":
         # Sorrel's networks at Sorrel's sizes, whatever the run's length: acting
         # about 2.1 MFLOP per agent and turn, an update about 0.7 GFLOP per agent.

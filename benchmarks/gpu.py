@@ -1,0 +1,726 @@
+"""eqxrl on an accelerator, against its peers: one prepared script.
+
+Every row runs eqxrl and the peer in the same process, alternating (A B, then B A;
+`--pairs` rounds after one untimed warm-up each), compile time apart (ahead-of-time
+`.lower(...).compile()`), and reports environment steps per second (or epochs per
+second), the median and best of the per-round ratios eqxrl/peer (> 1: eqxrl is
+faster):
+
+1. `ppo_cartpole`: PPO on CartPole-v1 at PureJaxRL's config (4 envs x 128 steps,
+   499,712 steps), one seed; then 2,048 seeds vmapped in one program (PureJaxRL's
+   headline: 2,048 seeds in about 98 s on an A100). Each on the first part of the
+   run (244 and 120 of its 976 iterations): the work per iteration is the same
+   throughout, so the steps/s are the full run's. Peer: PureJaxRL's `ppo.py`
+   (`--purejaxrl FOLDER` holding `ppo.py` and `wrappers.py`, fetched from its
+   repository, not in this one).
+2. `snake`: 12 x 12 Snake, random valid moves, `jax.vmap` over 4,096 and 16,384
+   environments in a `lax.scan`, observations and rewards summed on both sides.
+   Peer: Jumanji's `Snake-v1` with its `AutoResetWrapper`.
+3. `value_based`: DQN and IQN at rejax's CartPole settings (`value_based.py`), the
+   first `--dqn-steps` / `--iqn-steps` steps. Peer: rejax's `DQN` and `IQN`.
+4. `treasure_hunt`: Sorrel's experiment (`eqxrl.multiagent.sorrel_iqn`: 2 agents,
+   epochs of 100 turns, one gradient step per agent per epoch), one world and
+   1,024 worlds, in epochs per second. Peer: Sorrel 1.6.0's own `treasurehunt`
+   (`run_experiment`, no animation or logging), for `--sorrel-epochs` epochs.
+5. `brax`: SAC and PPO on a Brax environment at Brax's settings. Brax 0.14.2's
+   trainers need jax 0.8.3 (`jax.device_put_replicated`); on a newer jax the row
+   is skipped with that reason: run `brax_trainers.py` in `.venv-brax` instead.
+6. `memory`: what XLA's `memory_analysis()` says each eqxrl program above needs
+   (arguments, outputs, temporaries, code), and the device's memory.
+
+Then `tricks`: the CPU-tuned speed tricks (`eqxrl.algorithms.cpu_speed_tricks`)
+forced on against off, alternating, for PPO (PureJaxRL's config, and 512
+environments), recurrent PPO (one sequence per minibatch) and Snake: off the CPU
+they are off, and this is their measured gain there.
+
+A row whose peer is not installed runs eqxrl's side alone and says why. A row that
+fails is recorded with its error and the script goes on. The JSON is rewritten
+after every row (nothing measured is lost if the run is cut short).
+
+Run (from the repository root):
+
+    python benchmarks/gpu.py --out OUT --purejaxrl PUREJAXRL_FOLDER   # <= 8 min
+    python benchmarks/gpu.py --smoke   # every row at its smallest, on the CPU
+
+`--smoke` is what the test suite runs (`tests/test_benchmarks.py`), so that the
+script cannot rot. It writes `OUT/gpu.json` and `OUT/gpu.md`.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.random as jr
+import numpy as np
+
+import eqxrl
+from eqxrl.training import describe_devices
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ppo_cartpole  # noqa: E402
+import recurrent  # noqa: E402
+import snake  # noqa: E402
+import value_based  # noqa: E402
+
+FULL = {
+    "pairs": 2,
+    "ppo_timesteps": 124_928,  # 244 of the config's 976 iterations
+    "headline_seeds": 2048,
+    "headline_timesteps": 61_440,  # 120 iterations
+    "snake_envs": (4096, 16384),
+    "snake_steps": 1000,
+    "dqn_steps": 20_000,
+    "iqn_steps": 5_000,
+    "treasure_epochs": 100,
+    "treasure_worlds": 1024,
+    "treasure_world_epochs": 4,
+    "sorrel_epochs": 10,
+    "wide_envs": 512,
+}
+SMOKE = {
+    "pairs": 1,
+    "ppo_timesteps": 1024,
+    "headline_seeds": 4,
+    "headline_timesteps": 1024,
+    "snake_envs": (8, 16),
+    "snake_steps": 8,
+    "dqn_steps": 200,
+    "iqn_steps": 200,
+    "treasure_epochs": 2,
+    "treasure_worlds": 4,
+    "treasure_world_epochs": 2,
+    "sorrel_epochs": 1,
+    "wide_envs": 8,
+}
+ROWS = ("ppo_cartpole", "snake", "value_based", "treasure_hunt", "brax", "memory")
+
+
+@dataclasses.dataclass
+class Program:
+    """A compiled run: `run(seed)` returns `(seconds, facts)` (facts: e.g. a final
+    return), `work` units (environment steps or epochs) per run."""
+
+    run: Callable[[int], tuple[float, dict]]
+    compile_seconds: float
+    work: int
+    memory: dict | None = None
+    fingerprint: int | None = None
+
+
+def fingerprint_of(compiled) -> int | None:
+    """A hash of the compiled program's text (two programs traced under different
+    switches must differ)."""
+    compiled = getattr(compiled, "compiled", compiled)
+    try:
+        return hash(compiled.as_text())
+    except Exception:  # noqa: BLE001 - not every backend gives the text
+        return None
+
+
+def memory_of(compiled) -> dict | None:
+    """XLA's `memory_analysis()` of a compiled program, in bytes (`None` where the
+    backend gives none)."""
+    # An Equinox `Compiled` wraps JAX's as `.compiled`.
+    compiled = getattr(compiled, "compiled", compiled)
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend or jax version has it
+        return None
+    if analysis is None:
+        return None
+    names = ("argument", "output", "temp", "generated_code", "alias")
+    sizes = {n: int(getattr(analysis, f"{n}_size_in_bytes", 0)) for n in names}
+    sizes["total"] = sum(sizes[n] for n in names[:4]) - sizes["alias"]
+    return sizes
+
+
+def timed_program(compiled, make_args: Callable[[int], tuple], work: int) -> Program:
+    """A `Program` around an ahead-of-time compiled function."""
+
+    def run(seed: int) -> tuple[float, dict]:
+        args = make_args(seed)
+        start = time.perf_counter()
+        jax.block_until_ready(eqx.filter(compiled(*args), eqx.is_array))
+        return time.perf_counter() - start, {}
+
+    return Program(run, 0.0, work, memory_of(compiled), fingerprint_of(compiled))
+
+
+def compile_timed(function, *args):
+    start = time.perf_counter()
+    compiled = function.lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def alternate(ours: Program, peer: Program | None, pairs: int) -> dict:
+    """Warm-ups, then `pairs` rounds alternating which goes first."""
+    ours.run(0)
+    if peer is not None:
+        peer.run(0)
+    our_rates, peer_rates, ratios, facts = [], [], [], {}
+    for round_index in range(pairs):
+        seed = round_index + 1
+        first_ours = peer is None or round_index % 2 == 0
+        for side in ("ours", "peer") if first_ours else ("peer", "ours"):
+            program = ours if side == "ours" else peer
+            if program is None:
+                continue
+            seconds, program_facts = program.run(seed)
+            rates = our_rates if side == "ours" else peer_rates
+            rates.append(program.work / seconds)
+            facts.update({f"{side}_{k}": v for k, v in program_facts.items()})
+        if peer is not None:
+            ratios.append(our_rates[-1] / peer_rates[-1])
+    result = {
+        "eqxrl_per_s": statistics.median(our_rates),
+        "eqxrl_best_per_s": max(our_rates),
+        "eqxrl_compile_s": ours.compile_seconds,
+        "eqxrl_memory": ours.memory,
+        **facts,
+    }
+    if peer is not None:
+        result.update(
+            peer_per_s=statistics.median(peer_rates),
+            peer_compile_s=peer.compile_seconds,
+            ratio_median=statistics.median(ratios),
+            ratio_best=max(ratios),
+            ratios=ratios,
+        )
+    return result
+
+
+def missing(*modules: str) -> str | None:
+    """Why a peer cannot run: the first of `modules` not installed."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# 1. PPO on CartPole against PureJaxRL
+
+
+def eqxrl_ppo(timesteps: int, num_seeds: int, num_envs: int = 4, **options) -> Program:
+    ppo = eqxrl.PPO(
+        env=eqxrl.envs.make("CartPole-v1"),
+        num_envs=num_envs,
+        num_steps=128,
+        total_timesteps=timesteps,
+        **options,
+    )
+
+    def train(ppo, keys):
+        if num_seeds == 1:
+            return ppo.train(keys)
+        return eqx.filter_vmap(ppo.train)(keys)
+
+    def make_keys(seed):
+        key = jr.key(seed)
+        return key if num_seeds == 1 else jr.split(key, num_seeds)
+
+    function = eqx.filter_jit(train, compiler_options=ppo.compiler_options or None)
+    compiled, compile_seconds = compile_timed(function, ppo, make_keys(0))
+
+    def run(seed):
+        keys = make_keys(seed)
+        start = time.perf_counter()
+        _, metrics = jax.block_until_ready(compiled(ppo, keys))
+        seconds = time.perf_counter() - start
+        returns = ppo_cartpole.final_return(metrics["episode_return"])
+        return seconds, {"final_return": float(np.mean(returns))}
+
+    work = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
+    return Program(
+        run, compile_seconds, work, memory_of(compiled), fingerprint_of(compiled)
+    )
+
+
+def purejaxrl_ppo(folder: Path, timesteps: int, num_seeds: int) -> Program:
+    module = recurrent.import_purejaxrl(folder, "ppo")
+    config = {**recurrent.PUREJAXRL_FF_CONFIG, "TOTAL_TIMESTEPS": timesteps}
+    train = module.make_train(config)
+    if num_seeds > 1:
+        train = jax.vmap(train)
+
+    def make_keys(seed):
+        key = jr.PRNGKey(seed)
+        return key if num_seeds == 1 else jr.split(key, num_seeds)
+
+    compiled, compile_seconds = compile_timed(jax.jit(train), make_keys(0))
+
+    def run(seed):
+        keys = make_keys(seed)
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(keys))
+        seconds = time.perf_counter() - start
+        metrics = out["metrics"]
+        returns = np.asarray(metrics["returned_episode_returns"])
+        ended = np.asarray(metrics["returned_episode"])
+        if num_seeds > 1:  # [seeds, iterations, ...] -> [iterations, ..., seeds]
+            returns, ended = np.moveaxis(returns, 0, -1), np.moveaxis(ended, 0, -1)
+        return seconds, {"final_return": recurrent.final_return(returns, ended)}
+
+    work = num_seeds * config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
+    return Program(run, compile_seconds, int(work))
+
+
+def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
+    why = missing("gymnax", "flax", "distrax", "optax")
+    if why is None and options.purejaxrl is None:
+        why = "--purejaxrl FOLDER (PureJaxRL's ppo.py and wrappers.py) not given"
+    results = []
+    for label, timesteps, seeds in (
+        ("PPO CartPole, PureJaxRL's config, 1 seed", sizes["ppo_timesteps"], 1),
+        (
+            f"PPO CartPole, {sizes['headline_seeds']:,} seeds vmapped",
+            sizes["headline_timesteps"],
+            sizes["headline_seeds"],
+        ),
+    ):
+        ours = eqxrl_ppo(timesteps, seeds)
+        peer = None if why else purejaxrl_ppo(options.purejaxrl, timesteps, seeds)
+        result = alternate(ours, peer, sizes["pairs"])
+        results.append(
+            {
+                "row": "ppo_cartpole",
+                "program": label,
+                "unit": "env steps",
+                "peer": "PureJaxRL ppo.py",
+                "skipped": why,
+                "steps_per_run": ours.work,
+                **result,
+            }
+        )
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# 2. Snake against Jumanji
+
+
+def row_snake(sizes: dict, options) -> list[dict]:
+    why = missing("jumanji")
+    results = []
+    key = jr.key(0)
+    for num_envs in sizes["snake_envs"]:
+        steps = sizes["snake_steps"]
+        compiled, compile_seconds = compile_timed(
+            snake.eqxrl_loop(12, num_envs, steps), key
+        )
+        ours = timed_program(compiled, lambda seed: (jr.key(seed),), num_envs * steps)
+        ours.compile_seconds = compile_seconds
+        peer = None
+        if why is None:
+            compiled, compile_seconds = compile_timed(
+                snake.jumanji_loop(12, num_envs, steps), key
+            )
+            peer = timed_program(
+                compiled, lambda seed: (jr.key(seed),), num_envs * steps
+            )
+            peer.compile_seconds = compile_seconds
+        results.append(
+            {
+                "row": "snake",
+                "program": f"Snake 12x12, {num_envs:,} envs x {steps:,} steps",
+                "unit": "env steps",
+                "peer": "Jumanji Snake-v1",
+                "skipped": why,
+                **alternate(ours, peer, sizes["pairs"]),
+            }
+        )
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# 3. DQN and IQN against rejax
+
+
+def eqxrl_train(algorithm, work: int) -> Program:
+    function = eqx.filter_jit(
+        lambda algorithm, key: algorithm.train(key)[0],
+        compiler_options=algorithm.compiler_options or None,
+    )
+    compiled, compile_seconds = compile_timed(function, algorithm, jr.key(0))
+    program = timed_program(compiled, lambda seed: (algorithm, jr.key(seed)), work=work)
+    program.compile_seconds = compile_seconds
+    return program
+
+
+def row_value_based(sizes: dict, options) -> list[dict]:
+    why = missing("rejax", "gymnax", "flax", "distrax")
+    results = []
+    for name, make, steps in (
+        ("DQN", value_based.eqxrl_dqn_on_rejax_settings, sizes["dqn_steps"]),
+        ("IQN", value_based.eqxrl_iqn_on_rejax_settings, sizes["iqn_steps"]),
+    ):
+        algorithm = make(max(steps, 10_000))
+        if algorithm.learning_starts >= steps:  # the smoke sizes: learn at once
+            algorithm = dataclasses.replace(algorithm, learning_starts=steps // 2)
+        algorithm = dataclasses.replace(algorithm, total_timesteps=steps)
+        ours = eqxrl_train(algorithm, steps)
+        peer = None
+        if why is None:
+            run, compile_seconds, _ = value_based.rejax_runner(name, steps)
+            peer = Program(
+                lambda seed, run=run: (run(seed)[0], {}), compile_seconds, steps
+            )
+        results.append(
+            {
+                "row": "value_based",
+                "program": f"{name} CartPole, rejax's settings, {steps:,} steps",
+                "unit": "env steps",
+                "peer": f"rejax {name}",
+                "skipped": why,
+                **alternate(ours, peer, sizes["pairs"]),
+            }
+        )
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# 4. Sorrel's treasure hunt
+
+
+def sorrel_program(epochs: int) -> Program:
+    import torch
+    from sorrel.examples.treasurehunt.entities import EmptyEntity
+    from sorrel.examples.treasurehunt.env import TreasurehuntEnv
+    from sorrel.examples.treasurehunt.world import TreasurehuntWorld
+
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    folder = tempfile.mkdtemp(prefix="sorrel-")
+
+    def run(seed):
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        config = {  # Sorrel's treasurehunt/main.py, fewer epochs
+            "experiment": {
+                "epochs": epochs,
+                "max_turns": 100,
+                "record_period": 50,
+                "log_dir": Path(folder) / "logs",
+            },
+            "model": {
+                "agent_vision_radius": 2,
+                "epsilon_decay": 0.0005,
+                "observation_spec": "rgb",
+            },
+            "world": {
+                "height": 21,
+                "width": 21,
+                "gem_value": 10,
+                "food_value": 5,
+                "bone_value": -10,
+                "spawn_prob": 0.005,
+            },
+        }
+        world = TreasurehuntWorld(config=config, default_entity=EmptyEntity())
+        env = TreasurehuntEnv(world, config)
+        start = time.perf_counter()
+        env.run_experiment(animate=False, logging=False, output_dir=Path(folder))
+        return time.perf_counter() - start, {}
+
+    # run_experiment runs epochs + 1 episodes (range(epochs + 1)).
+    return Program(run, 0.0, epochs + 1)
+
+
+def row_treasure_hunt(sizes: dict, options) -> list[dict]:
+    why = missing("sorrel", "torch")
+    results = []
+    env = eqxrl.envs.make("TreasureHunt-v0")
+    for worlds, epochs in (
+        (1, sizes["treasure_epochs"]),
+        (sizes["treasure_worlds"], sizes["treasure_world_epochs"]),
+    ):
+        learners = eqxrl.multiagent.sorrel_iqn(env, num_epochs=epochs, num_envs=worlds)
+        ours = eqxrl_train(learners, worlds * epochs)
+        peer = sorrel_program(sizes["sorrel_epochs"]) if why is None else None
+        results.append(
+            {
+                "row": "treasure_hunt",
+                "program": f"Sorrel's experiment, {worlds:,} world(s) x {epochs} "
+                "epochs of 100 turns",
+                "unit": "epochs",
+                "peer": f"Sorrel 1.6.0, {sizes['sorrel_epochs']} epochs",
+                "skipped": why,
+                **alternate(ours, peer, sizes["pairs"]),
+            }
+        )
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# 5. Brax
+
+
+def row_brax(sizes: dict, options) -> list[dict]:
+    why = missing("brax")
+    if why is None and not hasattr(jax, "device_put_replicated"):
+        why = (
+            f"Brax 0.14.2's trainers need jax 0.8.3 (jax.device_put_replicated); "
+            f"this is jax {jax.__version__}: run benchmarks/brax_trainers.py in "
+            ".venv-brax"
+        )
+    if why is None:
+        why = "the Brax row runs in benchmarks/brax_trainers.py (.venv-brax)"
+    return [
+        {
+            "row": "brax",
+            "program": "SAC and PPO, a Brax environment at Brax's settings",
+            "unit": "env steps",
+            "peer": "Brax's trainers",
+            "skipped": why,
+        }
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# 6. Memory
+
+
+def row_memory(results: list[dict]) -> list[dict]:
+    device = jax.devices()[0]
+    stats = {}
+    with contextlib.suppress(Exception):
+        stats = device.memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    rows = []
+    for result in results:
+        memory = result.get("eqxrl_memory")
+        if memory:
+            rows.append(
+                {
+                    "row": "memory",
+                    "program": result["program"],
+                    "unit": "bytes",
+                    "device_bytes_limit": limit,
+                    **{f"{k}_bytes": v for k, v in memory.items()},
+                }
+            )
+    if not rows:
+        rows.append(
+            {
+                "row": "memory",
+                "program": "all",
+                "skipped": "memory_analysis() gave nothing on this backend",
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# The CPU-tuned tricks, on and off
+
+
+@contextlib.contextmanager
+def tricks(enabled: bool) -> Iterator[None]:
+    with eqxrl.algorithms.cpu_speed_tricks(enabled):
+        yield
+
+
+def row_tricks(sizes: dict, options) -> list[dict]:
+    gru = eqxrl.nn.GRUActorCritic.from_env
+    programs = (
+        ("PPO CartPole, PureJaxRL's config", 4, {}),
+        (f"PPO CartPole, {sizes['wide_envs']} envs", sizes["wide_envs"], {}),
+        ("GRU PPO CartPole, 1 sequence per minibatch", 4, {"network_factory": gru}),
+    )
+    results = []
+    for label, num_envs, extra in programs:
+        timesteps = max(sizes["headline_timesteps"], 2 * num_envs * 128)
+        with tricks(True):
+            on = eqxrl_ppo(timesteps, 1, num_envs=num_envs, **extra)
+        with tricks(False):
+            off = eqxrl_ppo(timesteps, 1, num_envs=num_envs, **extra)
+        result = alternate(on, off, sizes["pairs"])
+        result["programs_differ"] = on.fingerprint != off.fingerprint
+        results.append(
+            {
+                "row": "tricks",
+                "program": label + ": CPU tricks on (eqxrl) vs off (peer)",
+                "unit": "env steps",
+                "peer": "the same, tricks off",
+                "skipped": None,
+                **result,
+            }
+        )
+    steps, num_envs = sizes["snake_steps"], sizes["snake_envs"][0]
+    programs = []
+    for enabled in (True, False):
+        with tricks(enabled):
+            compiled, seconds = compile_timed(
+                snake.eqxrl_loop(12, num_envs, steps), jr.key(0)
+            )
+        program = timed_program(compiled, lambda s: (jr.key(s),), num_envs * steps)
+        program.compile_seconds = seconds
+        programs.append(program)
+    results.append(
+        {
+            "row": "tricks",
+            "program": f"Snake {num_envs:,} envs: CPU tricks on (eqxrl) vs off (peer)",
+            "unit": "env steps",
+            "peer": "the same, tricks off",
+            "skipped": None,
+            "programs_differ": programs[0].fingerprint != programs[1].fingerprint,
+            **alternate(*programs, sizes["pairs"]),
+        }
+    )
+    return results
+
+
+# --------------------------------------------------------------------------------------
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"Device: {report['device']}; jax {report['jax']}; "
+        f"{'smoke sizes' if report['smoke'] else 'full sizes'}; {report['date']}.",
+        "",
+        "| row | program | eqxrl /s | peer | peer /s | median ratio | best ratio "
+        "| compile eqxrl / peer (s) | eqxrl memory (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result in report["results"]:
+        if result["row"] == "memory":
+            continue
+        if "error" in result:
+            lines.append(f"| {result['row']} | failed: {result['error']} |||||||")
+            continue
+        if "eqxrl_per_s" not in result:
+            lines.append(
+                f"| {result['row']} | {result['program']} | | "
+                f"{result.get('peer', '')} | skipped: {result['skipped']} ||||"
+            )
+            continue
+        peer_rate = result.get("peer_per_s")
+        memory = result.get("eqxrl_memory") or {}
+        lines.append(
+            "| {row} | {program} | {ours:,.0f} {unit} | {peer} | {peer_rate} | "
+            "{median} | {best} | {compile} | {memory} |".format(
+                row=result["row"],
+                program=result["program"],
+                ours=result["eqxrl_per_s"],
+                unit=result["unit"],
+                peer=result["peer"],
+                peer_rate=f"{peer_rate:,.0f}"
+                if peer_rate
+                else f"skipped: {result['skipped']}",
+                median=f"{result['ratio_median']:.2f}x" if peer_rate else "",
+                best=f"{result['ratio_best']:.2f}x" if peer_rate else "",
+                compile=f"{result['eqxrl_compile_s']:.1f} / "
+                + (f"{result['peer_compile_s']:.1f}" if peer_rate else "-"),
+                memory=f"{memory['total'] / 2**20:,.1f}" if memory else "",
+            )
+        )
+    memory_rows = [r for r in report["results"] if r["row"] == "memory"]
+    if memory_rows:
+        lines += [
+            "",
+            "| program (eqxrl) | arguments | outputs | temporaries | code | total "
+            "(MiB) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for result in memory_rows:
+            if "total_bytes" not in result:
+                reason = result.get("skipped") or result.get("error")
+                lines.append(f"| {result.get('program', 'all')} | {reason} |||||")
+                continue
+            cells = [
+                result[f"{k}_bytes"] / 2**20
+                for k in ("argument", "output", "temp", "generated_code", "total")
+            ]
+            lines.append(
+                f"| {result['program']} | "
+                + " | ".join(f"{c:,.1f}" for c in cells)
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="smallest sizes")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: a new one in /tmp)",
+    )
+    parser.add_argument("--purejaxrl", type=Path, default=None)
+    parser.add_argument(
+        "--rows", nargs="+", default=[*ROWS, "tricks"], choices=[*ROWS, "tricks"]
+    )
+    parser.add_argument("--pairs", type=int, default=None)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no further row after this many seconds (a row is then skipped)",
+    )
+    options = parser.parse_args(argv)
+    sizes = dict(SMOKE if options.smoke else FULL)
+    if options.pairs is not None:
+        sizes["pairs"] = options.pairs
+    if options.out is None:
+        options.out = Path(tempfile.mkdtemp(prefix="eqxrl-gpu-"))
+    options.out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "device": describe_devices(),
+        "device_kind": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "smoke": options.smoke,
+        "sizes": sizes,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "results": [],
+    }
+    print(f"{report['device']}, jax {report['jax']}", flush=True)
+    builders = {
+        "ppo_cartpole": row_ppo_cartpole,
+        "snake": row_snake,
+        "value_based": row_value_based,
+        "treasure_hunt": row_treasure_hunt,
+        "brax": row_brax,
+        "tricks": row_tricks,
+    }
+    started = time.perf_counter()
+    for row in options.rows:
+        start = time.perf_counter()
+        try:
+            if options.budget_s is not None and start - started > options.budget_s:
+                why = f"the run's time budget ({options.budget_s:.0f} s) was spent"
+                results = [{"row": row, "program": "all", "skipped": why}]
+            elif row == "memory":
+                results = row_memory(report["results"])
+            else:
+                results = builders[row](sizes, options)
+        except Exception as error:  # noqa: BLE001 - record it, go on to the next row
+            traceback.print_exc()
+            results = [{"row": row, "error": f"{type(error).__name__}: {error}"}]
+        for result in results:
+            result["row_seconds"] = time.perf_counter() - start
+            print(json.dumps(result, default=str), flush=True)
+        report["results"].extend(results)
+        (options.out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
+        (options.out / "gpu.md").write_text(markdown(report))
+    print(markdown(report))
+    print(f"wrote {options.out / 'gpu.json'} and {options.out / 'gpu.md'}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
