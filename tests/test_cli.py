@@ -3,6 +3,8 @@ messages for bad input."""
 
 import csv
 import json
+import os
+import re
 import runpy
 import sys
 import tomllib
@@ -13,8 +15,8 @@ import jax.random as jr
 import pytest
 
 import eqxrl
-from eqxrl.training import auto_num_envs, config_fields, main
-from toy_training import RandomSearch
+from eqxrl.training import _device, auto_num_envs, config_fields, main
+from toy_training import RandomSearch, corridor_v0
 
 
 def run(capsys, *argv):
@@ -377,6 +379,18 @@ def test_bad_config_files(capsys, tmp_path):
     assert code == 1 and "does not exist" in err
 
 
+def _cpu_cap() -> int:
+    """`num_envs="auto"`'s cap on CPU: 4 per core, between 4 and 64, a power of 2."""
+    cap = min(max(4 * len(os.sched_getaffinity(0)), 4), 64)
+    return 1 << (cap.bit_length() - 1)
+
+
+def _chosen(err: str) -> int:
+    match = re.search(r"--num-envs auto: (\d+) \(its compiled program needs", err)
+    assert match, err
+    return int(match.group(1))
+
+
 def test_num_envs_auto_and_env_options(capsys, tmp_path):
     out = tmp_path / "run"
     code, _, err = run(
@@ -388,9 +402,10 @@ def test_num_envs_auto_and_env_options(capsys, tmp_path):
         "max_episode_steps=7",
     )
     assert code == 0, err
-    assert f"--num-envs auto: {auto_num_envs()}" in err
+    # The toy's program does not grow with num_envs: the cap fits.
+    assert _chosen(err) == _cpu_cap()
     fields = json.loads((out / "config.json").read_text())["algorithm"]["fields"]
-    assert fields["num_envs"] == auto_num_envs()
+    assert fields["num_envs"] == _cpu_cap()
     assert fields["env"] == {
         "environment": "Corridor-test-v0",
         "kwargs": {"max_episode_steps": 7},
@@ -399,6 +414,178 @@ def test_num_envs_auto_and_env_options(capsys, tmp_path):
     assert algorithm.env.max_episode_steps == 7
     code, out_text, _ = run(capsys, "eval", str(out), "--json", "--episodes", "2")
     assert json.loads(out_text)["length_mean"] <= 7
+
+
+def _tiny_ppo(num_envs: int) -> eqxrl.PPO:
+    return eqxrl.PPO(
+        env=eqxrl.envs.make("CartPole-v1"),
+        num_envs=num_envs,
+        num_steps=8,
+        total_timesteps=64,
+        hidden_sizes=(8,),
+        num_minibatches=1,
+        num_epochs=1,
+    )
+
+
+def _compiled_bytes(algorithm) -> int:
+    """The device memory of `algorithm.train`, read here from `memory_analysis()`."""
+    analysis = algorithm.lower(jr.key(0)).compile().compiled.memory_analysis()
+    return (
+        analysis.argument_size_in_bytes
+        + analysis.output_size_in_bytes
+        + analysis.temp_size_in_bytes
+        + analysis.generated_code_size_in_bytes
+        - analysis.alias_size_in_bytes
+    )
+
+
+def test_auto_num_envs_picks_the_largest_power_of_two_that_fits():
+    """With the free memory between the programs of 2 and 4 environments (as
+    `memory_analysis()` measures them), the pick is 2: not the cap (4), which a
+    pick blind to memory would give."""
+    # optax.adam computes `b1 ** count` with an int32 count (strict promotion
+    # refuses it).
+    with jax.numpy_dtype_promotion("standard"):
+        needs = {n: _compiled_bytes(_tiny_ppo(n)) for n in (2, 4)}
+        assert needs[2] < needs[4]
+
+        def pick(available, margin=1.0, max_num_envs=4):
+            return auto_num_envs(
+                _tiny_ppo,
+                margin=margin,
+                max_num_envs=max_num_envs,
+                available_bytes=available,
+            )
+
+        assert pick((needs[2] + needs[4]) // 2) == 2
+        assert pick(needs[2]) == 2
+        assert pick(needs[4] - 1) == 2
+        assert pick(needs[4]) == 4  # the cap
+        assert pick(10 * needs[4]) == 4
+        assert pick(10 * needs[4], max_num_envs=3) == 2  # a power of two below it
+        # The margin is the fraction of the free memory a program may use.
+        assert pick(2 * needs[4], margin=0.5) == 4
+        assert pick(2 * needs[4] - 2, margin=0.5) == 2
+
+
+def test_auto_num_envs_refuses_a_config_that_cannot_fit():
+    with jax.numpy_dtype_promotion("standard"):
+        need = _compiled_bytes(_tiny_ppo(1))
+        with pytest.raises(ValueError) as error:
+            auto_num_envs(_tiny_ppo, margin=1.0, available_bytes=need - 1)
+        message = str(error.value)
+        assert "\n" not in message
+        assert f"({need:,} bytes)" in message  # needed
+        assert f"({need - 1:,} bytes) is free on cpu" in message  # available
+        assert "num_envs=1" in message
+        # With the default margin (80%), exactly the program's bytes do not fit.
+        with pytest.raises(ValueError, match=r"80% of it usable: margin=0\.8"):
+            auto_num_envs(_tiny_ppo, available_bytes=need)
+    # Candidates the algorithm refuses are skipped; when it refuses all, its error.
+    with pytest.raises(ValueError, match="less than one iteration"):
+        auto_num_envs(lambda n: _tiny_ppo(1024 * n), max_num_envs=4)
+
+
+@pytest.mark.parametrize(
+    ("bytes_of", "most_compilations"),
+    [
+        # Affine: the line through two sizes is exact, a third and fourth confirm.
+        (lambda n: 1_000 + 100 * n, 4),
+        (lambda n: 7_000 + 1_100 * n + 300 * (n > 1), 4),  # nearly affine
+        (lambda n: 1_000 + 3 * n * n, 8),  # convex: guesses low
+        (lambda n: 1_000 + int(500 * n**0.5), 6),  # concave: guesses high
+        (lambda n: 1_000 + 100 * n if n < 16 else None, 6),  # >= 16: compile OOM
+    ],
+    ids=["affine", "nearly_affine", "convex", "concave", "compile_out_of_memory"],
+)
+def test_auto_num_envs_search_finds_what_compiling_every_size_finds(
+    monkeypatch, bytes_of, most_compilations
+):
+    """The pick (from few compilations) is the largest power of two whose program
+    fits, as compiling all of them would find."""
+    compiled = []
+
+    def program_bytes(algorithm, num_seeds=None):
+        compiled.append(algorithm.num_envs)
+        bytes_ = bytes_of(algorithm.num_envs)
+        if bytes_ is None:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while compiling")
+        return bytes_
+
+    monkeypatch.setattr(_device, "_program_bytes", program_bytes)
+
+    def toy(num_envs):
+        return RandomSearch(env=corridor_v0(), num_envs=num_envs)
+
+    sizes = [2**i for i in range(11)]
+    boundaries = [bytes_of(n) for n in sizes if bytes_of(n) is not None]
+    for available in sorted({b + d for b in boundaries for d in (-1, 0, 1)}):
+        compiled.clear()
+        fitting = [n for n in sizes if (bytes_of(n) or available + 1) <= available]
+        if not fitting:
+            with pytest.raises(ValueError, match="the smallest program"):
+                auto_num_envs(
+                    toy, margin=1.0, max_num_envs=1024, available_bytes=available
+                )
+            continue
+        pick = auto_num_envs(
+            toy, margin=1.0, max_num_envs=1024, available_bytes=available
+        )
+        assert pick == max(fitting), available
+        assert len(compiled) == len(set(compiled)) <= most_compilations, compiled
+
+
+def test_auto_num_envs_reads_the_free_memory(monkeypatch):
+    device = jax.local_devices()[0]
+    assert _device._free_bytes(device) > 0  # on CPU: the host's available memory
+
+    def toy(num_envs):
+        return RandomSearch(env=corridor_v0(), iterations=2, num_envs=num_envs)
+
+    assert auto_num_envs(toy) == _cpu_cap()
+    assert auto_num_envs(toy, num_seeds=3, max_num_envs=16) == 16
+    monkeypatch.setattr(_device, "_free_bytes", lambda device: None)
+    with pytest.raises(ValueError, match="free memory of cpu cannot be read"):
+        auto_num_envs(toy)
+    assert auto_num_envs(toy, available_bytes=2**30) == _cpu_cap()
+
+
+def test_cli_num_envs_auto_trains_ppo(capsys, tmp_path):
+    """`--num-envs auto` on CartPole PPO: 8 environments would leave
+    total_timesteps=32 less than one iteration, so the pick is 4."""
+    out = tmp_path / "run"
+    with jax.numpy_dtype_promotion("standard"):
+        code, _, err = run(
+            capsys,
+            "train",
+            "CartPole-v1",
+            "--num-envs=auto",
+            "--num-steps=8",
+            "--total-timesteps=32",
+            "--hidden-sizes=8",
+            "--num-minibatches=1",
+            "--num-epochs=1",
+            "--eval-episodes=1",
+            "--log=csv",
+            "--out",
+            str(out),
+        )
+    assert code == 0, err
+    assert _chosen(err) == min(4, _cpu_cap())
+    fields = json.loads((out / "config.json").read_text())["algorithm"]["fields"]
+    assert fields["num_envs"] == min(4, _cpu_cap())
+
+
+def test_cli_num_envs_auto_refuses_in_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(_device, "_free_bytes", lambda device: 100)
+    code, _, err = run(
+        capsys, *toy_train(tmp_path / "run", "--iterations", "4"), "--num-envs=auto"
+    )
+    assert code == 1
+    assert err.count("\n") == 1
+    assert err.startswith("eqxrl train: error: num_envs='auto': the smallest program")
+    assert "needs" in err and "but 100 bytes is free on cpu" in err
 
 
 def test_list_and_entry_points(capsys, monkeypatch):

@@ -28,7 +28,7 @@ from ._config import (
     config_fields,
     flag_name,
 )
-from ._device import auto_num_envs
+from ._device import _bytes, _pick_num_envs
 
 # Trainer fields that are flags of `eqxrl train` (the others are set by the CLI).
 _TRAINER_FLAGS = (
@@ -375,7 +375,13 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
             type=_argument_type(field, allow_auto=auto),
             default=argparse.SUPPRESS,
             metavar="N|auto" if auto else _metavar(field),
-            help=_help(field, "; `auto` picks it from the device" if auto else ""),
+            help=_help(
+                field,
+                "; `auto`: the largest power of two whose compiled program fits "
+                "the free memory"
+                if auto
+                else "",
+            ),
         )
     return parser
 
@@ -448,9 +454,6 @@ def _train(argv: Sequence[str]) -> int:
     wandb_project = str(merged.pop("wandb_project", "eqxrl"))
     trainer_options = {k: merged.pop(k) for k in list(merged) if k in trainer_fields}
 
-    if merged.get("num_envs") == "auto":
-        merged["num_envs"] = auto_num_envs()
-        print(f"--num-envs auto: {merged['num_envs']}", file=sys.stderr)
     env_kwargs = _env_options(merged.pop("env_option", []))
     try:
         env = make(str(env_id), **env_kwargs)
@@ -462,36 +465,41 @@ def _train(argv: Sequence[str]) -> int:
         raise _CommandError(
             f"{cls.__name__} needs {', '.join('--' + flag_name(m) for m in missing)}."
         )
-    kwargs = {f.name: env for f in fields if f.kind == "environment"}
-    kwargs.update(merged)
-    try:
+
+    def build(num_envs: int | None = None) -> Any:
+        """The algorithm the run trains (with its multi-agent wrapper), at
+        `num_envs` when given (`--num-envs auto` tries several)."""
+        kwargs = {f.name: env for f in fields if f.kind == "environment"}
+        kwargs.update(merged)
+        if num_envs is not None:
+            kwargs["num_envs"] = num_envs
         algorithm = cls(**kwargs)
         if num_agents_of(env) is not None and mixer is not None:
-            algorithm = _value_decomposition(
+            return _value_decomposition(
                 algorithm, mixer, share_parameters, critic_input
             )
-        elif share_critic is not None and critic_input is None:
+        if share_critic is not None and critic_input is None:
             raise ValueError(
                 "--share-critic: a critic apart from the actor is MAPPO's; give "
                 "--critic-input (global_state, concatenated or agent_specific) or "
                 "drop the flag."
             )
-        elif num_agents_of(env) is not None and critic_input is not None:
+        if num_agents_of(env) is not None and critic_input is not None:
             if cls is not PPO:
                 raise ValueError(
                     f"--critic-input: a centralised critic is MAPPO's, which trains "
                     f"PPO, not {cls.__name__}; use --algo ppo or drop the flag."
                 )
-            algorithm = MAPPO(
+            return MAPPO(
                 algorithm,
                 share_parameters=share_parameters,
                 critic_input=critic_input,
                 share_critic=share_critic,
             )
-        elif num_agents_of(env) is not None:
+        if num_agents_of(env) is not None:
             # One learner per agent (or one shared), trained together.
-            algorithm = Independent(algorithm, share_parameters=share_parameters)
-        elif share_parameters or critic_input is not None or mixer is not None:
+            return Independent(algorithm, share_parameters=share_parameters)
+        if share_parameters or critic_input is not None or mixer is not None:
             flag = (
                 "--share-parameters"
                 if share_parameters
@@ -500,13 +508,27 @@ def _train(argv: Sequence[str]) -> int:
                 else f"--mixer {mixer}"
             )
             raise ValueError(f"{flag}: {env_id} has a single agent; drop the flag.")
+        return algorithm
+
+    mesh = _mesh(devices, split, trainer_options.get("num_seeds"))
+    try:
+        if merged.get("num_envs") == "auto":
+            # The largest power of two whose compiled program fits the free memory.
+            choice = _pick_num_envs(build, num_seeds=trainer_options.get("num_seeds"))
+            merged["num_envs"] = choice.num_envs
+            print(
+                f"--num-envs auto: {choice.num_envs} (its compiled program needs "
+                f"{_bytes(choice.needed_bytes)}; {_bytes(choice.available_bytes)} "
+                f"free on {choice.where})",
+                file=sys.stderr,
+            )
+        algorithm = build()
     except (ValueError, TypeError) as error:
         raise _CommandError(str(error)) from None
 
     loggers = _loggers(log, out, resume, wandb_project)
     from ._trainer import Trainer
 
-    mesh = _mesh(devices, split, trainer_options.get("num_seeds"))
     try:
         trainer = Trainer(
             algorithm,
