@@ -539,6 +539,8 @@ def row_tricks(sizes: dict, options) -> list[dict]:
         (f"PPO CartPole, {sizes['wide_envs']} envs", sizes["wide_envs"], {}),
         ("GRU PPO CartPole, 1 sequence per minibatch", 4, {"network_factory": gru}),
     )
+    if sizes["smoke"]:
+        programs = programs[:1]  # the code path; the others only change sizes
     results = []
     for label, num_envs, extra in programs:
         timesteps = max(sizes["headline_timesteps"], 2 * num_envs * 128)
@@ -672,7 +674,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="start no further row after this many seconds (a row is then skipped)",
     )
     options = parser.parse_args(argv)
-    sizes = dict(SMOKE if options.smoke else FULL)
+    sizes = {**(SMOKE if options.smoke else FULL), "smoke": options.smoke}
     if options.pairs is not None:
         sizes["pairs"] = options.pairs
     if options.out is None:

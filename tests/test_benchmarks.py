@@ -185,17 +185,28 @@ SMOKE_RUNS = {
         [
             rf"^\| {row} \| {program} \| {NUMBER} {unit} \|"
             for row, program, unit in (
-                ("ppo_cartpole", "PPO CartPole, PureJaxRL's config, 1 seed", "env"),
-                ("ppo_cartpole", "PPO CartPole, 4 seeds vmapped", "env"),
-                ("snake", "Snake 12x12, 8 envs x 8 steps", "env"),
-                ("snake", "Snake 12x12, 16 envs x 8 steps", "env"),
-                ("value_based", "DQN CartPole, rejax's settings, 200 steps", "env"),
-                ("value_based", "IQN CartPole, rejax's settings, 200 steps", "env"),
+                (
+                    "ppo_cartpole",
+                    "PPO CartPole, PureJaxRL's config, 1 seed",
+                    "env steps",
+                ),
+                ("ppo_cartpole", "PPO CartPole, 4 seeds vmapped", "env steps"),
+                ("snake", "Snake 12x12, 8 envs x 8 steps", "env steps"),
+                ("snake", "Snake 12x12, 16 envs x 8 steps", "env steps"),
+                (
+                    "value_based",
+                    "DQN CartPole, rejax's settings, 200 steps",
+                    "env steps",
+                ),
+                (
+                    "value_based",
+                    "IQN CartPole, rejax's settings, 200 steps",
+                    "env steps",
+                ),
                 ("treasure_hunt", r"Sorrel's experiment, 1 world\(s\) .*", "epochs"),
                 ("treasure_hunt", r"Sorrel's experiment, 4 world\(s\) .*", "epochs"),
-                ("tricks", r"PPO CartPole, PureJaxRL's config: .*", "env"),
-                ("tricks", r"GRU PPO CartPole, .*", "env"),
-                ("tricks", r"Snake 8 envs: .*", "env"),
+                ("tricks", r"PPO CartPole, PureJaxRL's config: .*", "env steps"),
+                ("tricks", r"Snake 8 envs: .*", "env steps"),
             )
         ]
         + [

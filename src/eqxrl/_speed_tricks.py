@@ -28,7 +28,14 @@ def cpu_speed_tricks(enabled: bool | None = True) -> Iterator[None]:
       ([`batch_size_hint`][eqxrl.nn.batch_size_hint]);
     - a single sequence's loop not unrolled
       ([`sequence_batch_hint`][eqxrl.nn.sequence_batch_hint]);
-    - large networks over large batches in cache-sized blocks of rows.
+    - large networks over large batches in cache-sized blocks of rows;
+    - [`AutoReset`][eqxrl.envs.AutoReset]'s lazy reset, a conditional taken only
+      when an episode ended (off, every step computes the reset and selects it).
+
+    On an NVIDIA H200 (`benchmarks/gpu.py`) they lost together: PPO at PureJaxRL's
+    CartPole config 0.97x, Snake with 4,096 environments 0.85x, the conditional
+    being a round trip to the host at every step; without the lazy reset, the
+    others measured 1.01-1.03x, within noise.
 
     XLA's CPU compiler options
     ([`cpu_compiler_options`][eqxrl.algorithms.cpu_compiler_options]) are not among
