@@ -151,6 +151,8 @@ class MLPQNetwork(AbstractQNetwork):
     - `encoder`: an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder] for
       structured or `Discrete` observations (its `num_features` is then
       `observation_size`); `None` flattens the observation.
+    - `layer_norm`: normalize each hidden layer's output (`eqx.nn.LayerNorm`, with
+      a learned scale and shift) before its activation, as PQN's Q-networks do.
     - `key`: a PRNG key for the initial weights.
 
     !!! example
@@ -165,6 +167,7 @@ class MLPQNetwork(AbstractQNetwork):
     head: _DuelingOrPlainHead
     activation: Callable[[Array], Array] = eqx.field(static=True)
     encoder: ObservationEncoder | None = None
+    layer_norms: list[eqx.nn.LayerNorm] | None = None
 
     def __init__(
         self,
@@ -175,6 +178,7 @@ class MLPQNetwork(AbstractQNetwork):
         activation: Callable[[Array], Array] = jax.nn.relu,
         dueling: bool = False,
         encoder: ObservationEncoder | None = None,
+        layer_norm: bool = False,
         key: PRNGKeyArray,
     ):
         _check_encoder("MLPQNetwork", observation_size, encoder)
@@ -190,12 +194,18 @@ class MLPQNetwork(AbstractQNetwork):
         self.head = _DuelingOrPlainHead(sizes[-1], num_actions, dueling, head_key)
         self.activation = activation
         self.encoder = encoder
+        self.layer_norms = (
+            [eqx.nn.LayerNorm(size) for size in hidden_sizes] if layer_norm else None
+        )
 
     def __call__(self, observation: PyTree[Array]) -> Float[Array, " num_actions"]:
         """The value of each action at one observation."""
         x = _features(self.encoder, observation)
-        for layer in self.layers:
-            x = self.activation(_apply_linear(layer, x))
+        for index, layer in enumerate(self.layers):
+            x = _apply_linear(layer, x)
+            if self.layer_norms is not None:
+                x = self.layer_norms[index](x)
+            x = self.activation(x)
         return self.head(x)
 
     def q_values(
