@@ -187,6 +187,27 @@ def test_pendulum_example_prints_curve(run_script):
         assert -3300.0 <= value <= 0.0, output
 
 
+def test_pqn_example_prints_curve_and_greedy_returns(run_script):
+    output = run_script(
+        EXAMPLES / "pqn_cartpole.py",
+        "--total-timesteps",
+        "20480",  # 10 iterations of 32 envs x 64 steps
+        "--seeds",
+        "2",
+        "--hidden-sizes",
+        "32",
+    )
+    curve = re.findall(rf"^\s*[\d,]+ steps: return\s+{NUMBER}$", output, re.MULTILINE)
+    assert len(curve) == 10, output
+    final = numbers(rf"final return per seed: \[{NUMBER}, {NUMBER}\]", output)
+    greedy = numbers(
+        rf"greedy return per seed \(16 episodes\): \[{NUMBER}, {NUMBER}\]", output
+    )
+    # CartPole's return per episode lies in [1, 500].
+    for value in [*map(float, curve), *final, *greedy]:
+        assert 1.0 <= value <= 500.0, output
+
+
 @pytest.mark.slow
 def test_recurrent_example_trains_evaluates_and_steps_with_the_carry(run_script):
     output = run_script(

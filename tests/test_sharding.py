@@ -70,10 +70,16 @@ SCRIPT = PRELUDE + textwrap.dedent(
         normalize_observations=True, normalize_rewards=True,
     )
     dqn = eqxrl.DQN(env=env, **value_based)
+    pqn = eqxrl.PQN(
+        env=env, num_envs=8, num_steps=8, total_timesteps=8 * 8 * 3,
+        num_minibatches=4, hidden_sizes=(16,),
+    )
 
     # Environments over 8 and 2 devices against one device (IQN's replay buffer is
     # DQN's: `AbstractQLearning.environment_axes`).
-    for name, algorithm, device_counts in (("PPO", ppo, (8,)), ("DQN", dqn, (2,))):
+    for name, algorithm, device_counts in (
+        ("PPO", ppo, (8,)), ("DQN", dqn, (2,)), ("PQN", pqn, (2,))
+    ):
         reference, _ = algorithm.train(jax.random.key(0))
         for devices in device_counts:
             envs_mesh = mesh((devices,), ("envs",))
@@ -185,7 +191,7 @@ def run_script(script: str, tmp_path) -> dict:
 def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     results = run_script(SCRIPT, tmp_path)
 
-    for name in ("PPO 8", "DQN 2"):
+    for name in ("PPO 8", "DQN 2", "PQN 2"):
         run = results[f"envs {name}"]
         # Environments are split over the devices, the network is on every one.
         assert run["env_spec"] == "('envs',)", (name, run)

@@ -39,6 +39,7 @@ from .algorithms import (  # noqa: E402
     DQN as DQN,
     IQN as IQN,
     PPO as PPO,
+    PQN as PQN,
     SAC as SAC,
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,

@@ -22,6 +22,7 @@ from ._ppo import (
     PPOState as PPOState,
     episode_metrics as episode_metrics,
 )
+from ._pqn import PQN as PQN, PQNRollout as PQNRollout, PQNState as PQNState
 from ._q_learning import (
     AbstractQLearning as AbstractQLearning,
     QLearningState as QLearningState,
@@ -32,6 +33,9 @@ from ._registry import (
     get_algorithm as get_algorithm,
     register_algorithm as register_algorithm,
 )
-from ._returns import compute_gae as compute_gae
+from ._returns import (
+    compute_gae as compute_gae,
+    compute_q_lambda_returns as compute_q_lambda_returns,
+)
 from ._sac import SAC as SAC, SACState as SACState
 from ._train import TrainResult as TrainResult, train as train

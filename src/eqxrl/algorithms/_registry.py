@@ -2,6 +2,7 @@ from ._base import AbstractAlgorithm
 from ._dqn import DQN
 from ._iqn import IQN
 from ._ppo import PPO
+from ._pqn import PQN
 from ._sac import SAC
 
 _ALGORITHMS: dict[str, type[AbstractAlgorithm]] = {}
@@ -41,3 +42,4 @@ register_algorithm("ppo", PPO)
 register_algorithm("dqn", DQN)
 register_algorithm("iqn", IQN)
 register_algorithm("sac", SAC)
+register_algorithm("pqn", PQN)

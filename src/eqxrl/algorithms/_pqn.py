@@ -1,0 +1,471 @@
+"""PQN: Q-learning without replay buffer or target network (Gallici et al., 2024)."""
+
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+import optax
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+
+from .._config import in_range
+from .._filters import filter_scan
+from .._random import (
+    permutation as random_permutation,
+    split,
+    uniform as random_uniform,
+)
+from ..envs import (
+    AbstractEnvironment,
+    AutoReset,
+    Discrete,
+    EpisodeStatistics,
+    TimeStep,
+    skip_action_checks,
+)
+from ..nn import (
+    AbstractQNetwork,
+    EpsilonGreedyPolicy,
+    MLPQNetwork,
+    epsilon_greedy_action,
+    greedy_action,
+)
+from ._base import AbstractAlgorithm, injected_learning_rate
+from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
+from ._metrics import ended_episode_metrics
+from ._q_learning import default_encoder
+from ._returns import compute_q_lambda_returns
+
+
+class PQNState(eqx.Module):
+    """PQN's training state.
+
+    **Fields:**
+
+    - `network`: the Q-network (the only network: PQN has no target network).
+    - `optimizer_state`: its optimizer's state.
+    - `env_state`, `timestep`: the `num_envs` environments (leading axis) and their
+      latest timestep.
+    - `key`: the PRNG key of the next iteration.
+    - `iteration`: completed iterations (int32), which the exploration schedule
+      reads.
+    """
+
+    network: AbstractQNetwork
+    optimizer_state: PyTree
+    env_state: PyTree
+    timestep: TimeStep
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+
+
+class PQNRollout(eqx.Module):
+    """What a step of the environments saw, did and got, and the greedy values its
+    targets bootstrap from; `[num_envs, ...]` leaves for one step, stacked to
+    `[num_steps, num_envs, ...]` over a rollout.
+
+    **Fields:**
+
+    - `observation`, `action_mask`: the step's observation and valid actions.
+    - `action`: the epsilon-greedy action taken (int32).
+    - `reward`, `terminated`, `truncated`: what the step returned.
+    - `value`: the greedy (valid) value `max_a Q(observation, a)` when acting.
+    - `truncation_value`: where the step truncated an episode, the greedy value of
+      the episode's final observation (zero elsewhere).
+    - `extras`: the episode statistics (`episode_return`, `episode_length`).
+    """
+
+    observation: PyTree[Array]
+    action_mask: Bool[Array, "*batch num_actions"] | None
+    action: Int[Array, "*batch"]
+    reward: Float[Array, "*batch"]
+    terminated: Bool[Array, "*batch"]
+    truncated: Bool[Array, "*batch"]
+    value: Float[Array, "*batch"]
+    truncation_value: Float[Array, "*batch"]
+    extras: dict[str, Array]
+
+
+def greedy_value(
+    q_values: Float[Array, " num_actions"],
+    action_mask: Bool[Array, " num_actions"] | None = None,
+) -> Float[Array, ""]:
+    """The value of the greedy valid action."""
+    return q_values[greedy_action(q_values, action_mask)]
+
+
+class PQN(AbstractAlgorithm[PQNState]):
+    """Parallelised Q-Network (Gallici et al., 2024, "Simplifying Deep Temporal
+    Difference Learning"): Q-learning from a vectorized rollout, without a replay
+    buffer or a target network, stabilized by LayerNorm.
+
+    One iteration, as the paper's pseudocode:
+
+    1. step `num_envs` auto-resetting environments `num_steps` times with an
+       epsilon-greedy policy on the Q-network, keeping each step's greedy value;
+    2. compute Q(lambda) targets over the rollout
+       ([`compute_q_lambda_returns`][eqxrl.algorithms.compute_q_lambda_returns]):
+       a terminated step bootstraps from nothing, a truncated one from the greedy
+       value of its final observation, and no target crosses an episode end;
+    3. take `num_epochs` passes of `num_minibatches` shuffled minibatches over the
+       rollout, each a gradient step (global-norm clipping, then RAdam) on
+       `0.5 * (Q(s, a) - target)^2`.
+
+    The defaults are purejaxql's `pqn_cartpole` config: 32 environments x 64 steps,
+    500k steps, 4 epochs x 16 minibatches, a 2 x 256 ReLU Q-network with LayerNorm,
+    learning rate 1e-4 decayed linearly to zero, gradient norm 10, rewards scaled by
+    0.1, gamma 0.99, lambda 0.95, epsilon from 1 to 0.2 over the first 20% of the
+    iterations. Sweepable numbers are float32 array leaves.
+
+    **Arguments:**
+
+    - `env`: the environment (a `Discrete` action space), without `AutoReset`.
+    - `num_envs`: environments stepped in parallel.
+    - `num_steps`: steps per environment per iteration.
+    - `total_timesteps`: environment steps of a run (`num_iterations` iterations of
+      `num_envs * num_steps`).
+    - `num_epochs`, `num_minibatches`: passes over the rollout and minibatches per
+      pass (`num_minibatches` must divide `num_envs * num_steps`).
+    - `learning_rate`, `anneal_lr`: the step size and whether it decays linearly
+      to zero over the run.
+    - `max_grad_norm`: global-norm gradient clipping.
+    - `gamma`: discount factor.
+    - `q_lambda`: the lambda of the Q(lambda) targets (0: one-step targets).
+    - `reward_scale`: rewards are multiplied by it in the targets (the logged
+      episode returns are the environment's).
+    - `exploration_initial_eps`, `exploration_final_eps`,
+      `exploration_fraction`: epsilon decays linearly from the first to the second
+      over the first `exploration_fraction` of the iterations.
+    - `hidden_sizes`, `layer_norm`: the default Q-network's hidden layers
+      ([`MLPQNetwork`][eqxrl.nn.MLPQNetwork]; non-`Box` observations go through
+      an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder], images through its
+      CNN).
+    - `network_factory`: optional `factory(env, key) -> AbstractQNetwork` instead.
+
+    !!! example
+
+        ```python
+        pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"))
+        state, metrics = pqn.train(jax.random.key(0))
+        action = pqn.policy(state, deterministic=True)(observation, key)
+        ```
+    """
+
+    env: AbstractEnvironment
+    num_envs: int = eqx.field(static=True, default=32)
+    num_steps: int = eqx.field(static=True, default=64)
+    total_timesteps: int = eqx.field(static=True, default=500_000)
+    num_epochs: int = eqx.field(static=True, default=4)
+    num_minibatches: int = eqx.field(static=True, default=16)
+    learning_rate: Float[Array, ""] = eqx.field(
+        default=1e-4, converter=in_range("learning_rate", 0.0, math.inf)
+    )
+    anneal_lr: bool = eqx.field(static=True, default=True)
+    max_grad_norm: Float[Array, ""] = eqx.field(
+        default=10.0, converter=in_range("max_grad_norm", 1e-12, math.inf)
+    )
+    gamma: Float[Array, ""] = eqx.field(
+        default=0.99, converter=in_range("gamma", 0.0, 1.0)
+    )
+    q_lambda: Float[Array, ""] = eqx.field(
+        default=0.95, converter=in_range("q_lambda", 0.0, 1.0)
+    )
+    reward_scale: Float[Array, ""] = eqx.field(
+        default=0.1, converter=in_range("reward_scale", 0.0, math.inf)
+    )
+    exploration_initial_eps: Float[Array, ""] = eqx.field(
+        default=1.0, converter=in_range("exploration_initial_eps", 0.0, 1.0)
+    )
+    exploration_final_eps: Float[Array, ""] = eqx.field(
+        default=0.2, converter=in_range("exploration_final_eps", 0.0, 1.0)
+    )
+    exploration_fraction: Float[Array, ""] = eqx.field(
+        default=0.2, converter=in_range("exploration_fraction", 0.0, 1.0)
+    )
+    hidden_sizes: tuple[int, ...] = eqx.field(
+        static=True, default=(256, 256), converter=tuple
+    )
+    layer_norm: bool = eqx.field(static=True, default=True)
+    network_factory: (
+        Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork] | None
+    ) = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PQN: {name}={getattr(self, name)} must be >= 1.")
+        if self.total_timesteps < self.steps_per_iteration:
+            raise ValueError(
+                f"PQN: total_timesteps={self.total_timesteps} is less than one "
+                f"iteration of num_envs * num_steps = {self.steps_per_iteration} "
+                "steps."
+            )
+        if self.steps_per_iteration % self.num_minibatches:
+            raise ValueError(
+                f"PQN: num_minibatches={self.num_minibatches} must divide the "
+                f"{self.steps_per_iteration} steps of an iteration (num_envs * "
+                "num_steps)."
+            )
+        if not isinstance(self.env.action_space, Discrete):
+            raise ValueError(
+                "PQN: needs a Discrete action space, got "
+                f"{type(self.env.action_space).__name__}."
+            )
+        refuse_auto_reset("PQN", self.env)
+        check_q_network(
+            "PQN", self.env, self.make_network, self.network_factory, quantiles=False
+        )
+
+    # ------------------------------------------------------------------ config
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps per iteration: `num_envs * num_steps`."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations of a run: `total_timesteps // steps_per_iteration`."""
+        return self.total_timesteps // self.steps_per_iteration
+
+    @property
+    def minibatch_size(self) -> int:
+        """Steps per minibatch."""
+        return self.steps_per_iteration // self.num_minibatches
+
+    @property
+    def training_env(self) -> AbstractEnvironment:
+        """The environment as it is stepped: `AutoReset(EpisodeStatistics(env))`."""
+        return AutoReset(EpisodeStatistics(self.env))
+
+    def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
+        """The initial Q-network: `network_factory(env, key)`, or an `MLPQNetwork`
+        of `hidden_sizes` (ReLU, LayerNorm with `layer_norm`)."""
+        if self.network_factory is not None:
+            return self.network_factory(self.env, key)
+        encoder, observation_size = default_encoder(self.env.observation_space, key)
+        return MLPQNetwork(
+            observation_size,
+            self.env.action_space.num_values,  # pyright: ignore[reportAttributeAccessIssue]
+            hidden_sizes=self.hidden_sizes,
+            encoder=encoder,
+            layer_norm=self.layer_norm,
+            key=key,
+        )
+
+    def make_optimizer(self) -> optax.GradientTransformation:
+        """Global-norm clipping, then RAdam (as purejaxql) with the (optionally
+        annealed) step size injected so that it is logged and sweepable."""
+        updates_per_iteration = self.num_epochs * self.num_minibatches
+        learning_rate = self.learning_rate
+        num_iterations = self.num_iterations
+
+        def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
+            if not self.anneal_lr:
+                return learning_rate
+            completed = (count // updates_per_iteration).astype(jnp.float32)
+            return learning_rate * jnp.maximum(1.0 - completed / num_iterations, 0.0)
+
+        return optax.chain(
+            optax.clip_by_global_norm(self.max_grad_norm),
+            optax.inject_hyperparams(optax.radam)(learning_rate=schedule),
+        )
+
+    def epsilon(self, iteration: Int[Array, ""]) -> Float[Array, ""]:
+        """The exploration rate of an iteration: linear from
+        `exploration_initial_eps` to `exploration_final_eps` over the first
+        `exploration_fraction` of the iterations, then constant."""
+        decay = jnp.maximum(self.exploration_fraction * self.num_iterations, 1.0)
+        progress = jnp.clip(jnp.asarray(iteration, jnp.float32) / decay, 0.0, 1.0)
+        return self.exploration_initial_eps + progress * (
+            self.exploration_final_eps - self.exploration_initial_eps
+        )
+
+    # ------------------------------------------------------------------ state
+    def init(self, key: PRNGKeyArray) -> PQNState:
+        refuse_multi_agent("PQN", self.env, independent=False)
+        network_key, reset_key, state_key = jr.split(key, 3)
+        network = self.make_network(network_key)
+        optimizer_state = self.make_optimizer().init(eqx.filter(network, eqx.is_array))
+        env_state, timestep = jax.vmap(self.training_env.reset)(
+            jr.split(reset_key, self.num_envs)
+        )
+        return PQNState(
+            network=network,
+            optimizer_state=optimizer_state,
+            env_state=env_state,
+            timestep=timestep,
+            key=state_key,
+            iteration=jnp.int32(0),
+        )
+
+    def policy(
+        self, state: PQNState, deterministic: bool = False
+    ) -> EpsilonGreedyPolicy:
+        """The epsilon-greedy policy of the current exploration rate (greedy with
+        `deterministic`)."""
+        epsilon = 0.0 if deterministic else self.epsilon(state.iteration)
+        return EpsilonGreedyPolicy(state.network, epsilon)
+
+    # ------------------------------------------------------------------ iteration
+    def train_iteration(self, state: PQNState) -> tuple[PQNState, dict[str, Array]]:
+        """One rollout of `num_steps` x `num_envs` steps, its Q(lambda) targets, then
+        `num_epochs` x `num_minibatches` gradient steps.
+
+        **Returns:**
+
+        `(state, metrics)` with scalar metrics: `episode_return`,
+        `episode_length`, `episode_count` (of the episodes that ended during the
+        rollout; means NaN when none did), `td_loss` and `q_value` (means over the
+        minibatch updates), `epsilon` and `learning_rate`.
+        """
+        key, collect_key, update_key = split(state.key, 3)
+        epsilon = self.epsilon(state.iteration)
+        env_state, timestep, rollout = self._collect(state, epsilon, collect_key)
+        last_value = self._greedy_values(state.network, timestep)
+        next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
+        next_values = jnp.where(
+            rollout.truncated, rollout.truncation_value, next_values
+        )
+        targets = compute_q_lambda_returns(
+            rollout.reward * self.reward_scale,
+            next_values,
+            rollout.terminated,
+            rollout.truncated,
+            self.gamma,
+            self.q_lambda,
+        )
+        network, optimizer_state, statistics = self._learn(
+            state.network, state.optimizer_state, rollout, targets, update_key
+        )
+        metrics = ended_episode_metrics(
+            rollout.terminated | rollout.truncated,
+            rollout.extras["episode_return"],
+            rollout.extras["episode_length"],
+        )
+        metrics.update(jtu.tree_map(jnp.mean, statistics))
+        metrics["epsilon"] = epsilon
+        metrics["learning_rate"] = injected_learning_rate(optimizer_state)
+        state = PQNState(
+            network=network,
+            optimizer_state=optimizer_state,
+            env_state=env_state,
+            timestep=timestep,
+            key=key,
+            iteration=state.iteration + 1,
+        )
+        return state, metrics
+
+    def _greedy_values(
+        self, network: AbstractQNetwork, timestep: TimeStep
+    ) -> Float[Array, " num_envs"]:
+        q_values = jax.vmap(network.q_values, in_axes=(0, None))(
+            timestep.observation, jr.key(0)
+        )
+        return jax.vmap(greedy_value)(q_values, timestep.action_mask)
+
+    def _collect(
+        self, state: PQNState, epsilon: Float[Array, ""], key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep, PQNRollout]:
+        """`num_steps` epsilon-greedy steps of every environment: the
+        environments' states and timesteps after them, and the rollout."""
+        network = state.network
+
+        def q_values(observation: PyTree[Array]) -> Float[Array, " num_actions"]:
+            return network.q_values(observation, jr.key(0))  # not sampled
+
+        def truncation_value(final: TimeStep) -> Float[Array, ""]:
+            # A truncated episode could have gone on: its target bootstraps from
+            # the greedy value of the state it reached (AutoReset calls this with
+            # the final timestep, before the reset).
+            return greedy_value(q_values(final.observation), final.action_mask)
+
+        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
+
+        def step(carry, step_key):
+            env_state, timestep = carry
+            keys = split(step_key, (self.num_envs, 2))
+            values = jax.vmap(q_values)(timestep.observation)
+            uniform = jax.vmap(lambda k: random_uniform(k, ()))(keys[:, 0])
+            action = jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0))(
+                values, uniform, epsilon, timestep.action_mask
+            )
+            env_state, next_timestep = jax.vmap(env.step)(env_state, action, keys[:, 1])
+            extras = dict(next_timestep.extras)
+            rollout = PQNRollout(
+                observation=timestep.observation,
+                action_mask=timestep.action_mask,
+                action=action,
+                reward=next_timestep.reward,
+                terminated=next_timestep.terminated,
+                truncated=next_timestep.truncated,
+                value=jax.vmap(greedy_value)(values, timestep.action_mask),
+                truncation_value=extras.pop("at_truncation"),
+                extras={
+                    "episode_return": extras["episode_return"],
+                    "episode_length": extras["episode_length"],
+                },
+            )
+            next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
+            return (env_state, next_timestep), rollout
+
+        # Epsilon-greedy actions are valid actions: the environment need not check.
+        with skip_action_checks():
+            (env_state, timestep), rollout = filter_scan(
+                step, (state.env_state, state.timestep), split(key, self.num_steps)
+            )
+        return env_state, timestep, rollout
+
+    def loss(
+        self,
+        network: AbstractQNetwork,
+        observation: PyTree[Array],
+        action: Int[Array, " batch"],
+        target: Float[Array, " batch"],
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """`0.5 * mean((Q(s, a) - target)^2)` over a minibatch, and the mean
+        `Q(s, a)` (`q_value`)."""
+        q_values = jax.vmap(network.q_values, in_axes=(0, None))(observation, jr.key(0))
+        taken = jnp.take_along_axis(q_values, action[:, None], axis=1)[:, 0]
+        loss = 0.5 * jnp.mean(jnp.square(taken - target))
+        return loss, {"td_loss": loss, "q_value": jnp.mean(taken)}
+
+    def _learn(
+        self,
+        network: AbstractQNetwork,
+        optimizer_state: PyTree,
+        rollout: PQNRollout,
+        targets: Float[Array, "num_steps num_envs"],
+        key: PRNGKeyArray,
+    ) -> tuple[AbstractQNetwork, PyTree, dict[str, Array]]:
+        """`num_epochs` passes of `num_minibatches` shuffled minibatches over the
+        rollout's steps, one gradient step each."""
+        rows = self.steps_per_iteration
+        flat = jtu.tree_map(
+            lambda x: x.reshape(rows, *x.shape[2:]),
+            (rollout.observation, rollout.action, targets),
+        )
+        optimizer = self.make_optimizer()
+        grad_fn = eqx.filter_grad(self.loss, has_aux=True)
+
+        def minibatch_update(carry, indices):
+            network, optimizer_state = carry
+            observation, action, target = jtu.tree_map(lambda x: x[indices], flat)
+            grads, statistics = grad_fn(network, observation, action, target)
+            updates, optimizer_state = optimizer.update(
+                grads, optimizer_state, eqx.filter(network, eqx.is_array)
+            )
+            return (eqx.apply_updates(network, updates), optimizer_state), statistics
+
+        def epoch(carry, epoch_key):
+            indices = random_permutation(epoch_key, rows).reshape(
+                self.num_minibatches, self.minibatch_size
+            )
+            return filter_scan(minibatch_update, carry, indices)
+
+        (network, optimizer_state), statistics = filter_scan(
+            epoch, (network, optimizer_state), split(key, self.num_epochs)
+        )
+        return network, optimizer_state, statistics
