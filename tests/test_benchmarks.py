@@ -216,6 +216,18 @@ SMOKE_RUNS = {
         ],
         [],
     ),
+    "pqn.py": (
+        # Without purejaxql's file the speed part times eqxrl alone; the headline
+        # part at one chunk of 16k steps per algorithm.
+        ["--steps", "4096", "--pairs", "1", "--seeds", "1"]
+        + ["--headline-steps", "16384"],
+        [
+            rf"eqxrl: compile {NUMBER} s, {NUMBER} steps/s",
+            rf"seed 0 PQN: \D*{NUMBER}",
+            rf"seed 0 DQN: \D*{NUMBER}",
+        ],
+        [],
+    ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
         ["--configs", "default", "--episodes", "1", "--turns", "10"]

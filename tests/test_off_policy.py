@@ -1,5 +1,6 @@
-"""The replay-based algorithms' shared base: one declaration of the collection
-schedule, each algorithm's own defaults, and the quantities derived from it."""
+"""The shared bases of the replay-based and of the rollout-based algorithms: one
+declaration of each schedule, each algorithm's own defaults, and the quantities
+derived from them."""
 
 import dataclasses
 
@@ -77,3 +78,29 @@ def test_derived_quantities():
     )
     assert (sac.steps_per_iteration, sac.buffer_capacity) == (2, 500)
     assert sac.num_iterations == 10_000
+
+
+ROLLOUT_SCHEDULE = (
+    "env",
+    "num_envs",
+    "num_steps",
+    "total_timesteps",
+    "num_epochs",
+    "num_minibatches",
+)
+
+
+@pytest.mark.parametrize("algorithm", [eqxrl.PPO, eqxrl.PQN])
+def test_the_on_policy_schedule_comes_first_with_each_algorithm_s_defaults(algorithm):
+    assert issubclass(algorithm, eqxrl.algorithms.AbstractOnPolicyAlgorithm)
+    fields = dataclasses.fields(algorithm)
+    assert tuple(f.name for f in fields[: len(ROLLOUT_SCHEDULE)]) == ROLLOUT_SCHEDULE
+    defaults = {f.name: f.default for f in fields[1 : len(ROLLOUT_SCHEDULE)]}
+    expected = {
+        eqxrl.PPO: (4, 128, 500_000, 4, 4),  # PureJaxRL's CartPole config
+        eqxrl.PQN: (32, 64, 500_000, 4, 16),  # purejaxql's pqn_cartpole config
+    }[algorithm]
+    assert tuple(defaults.values()) == expected
+    learner = algorithm(eqxrl.envs.make("CartPole-v1"), 8, 16, 4096)
+    assert (learner.steps_per_iteration, learner.num_iterations) == (128, 32)
+    assert learner.minibatch_size == 128 // learner.num_minibatches

@@ -42,6 +42,12 @@ def cpu_speed_tricks(enabled: bool | None = True) -> Iterator[None]:
     them: they exist on the CPU backend alone. `benchmarks/gpu.py` traces programs
     under `cpu_speed_tricks(True)` and `(False)` to measure the tricks on a GPU.
 
+    The switch is read while tracing, and JAX caches traces by function, not by
+    this switch: tracing the same function again (`jax.jit(f)` called a second
+    time, `jax.make_jaxpr(f)`) reuses the first trace whatever the switch says.
+    Trace a new function under each setting (as `gpu.py` does, checking that the
+    compiled programs differ).
+
     **Arguments:**
 
     - `enabled`: `True`, `False`, or `None` for the backend's default.

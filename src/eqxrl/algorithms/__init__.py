@@ -13,6 +13,7 @@ from ._dqn import DQN as DQN, huber_loss as huber_loss
 from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
 from ._metrics import ended_episode_metrics as ended_episode_metrics
 from ._off_policy import AbstractOffPolicyAlgorithm as AbstractOffPolicyAlgorithm
+from ._on_policy import AbstractOnPolicyAlgorithm as AbstractOnPolicyAlgorithm
 from ._parallel import (
     train_seeds as train_seeds,
     vmap_over_seeds as vmap_over_seeds,

@@ -44,7 +44,7 @@ from ..nn import (
     sequence_batch_hint,
     update_observation_statistics,
 )
-from ._base import AbstractAlgorithm, injected_learning_rate
+from ._base import injected_learning_rate
 from ._brax_hyperparameters import brax_ppo_arguments
 from ._checks import (
     check_actor_critic,
@@ -53,6 +53,7 @@ from ._checks import (
     samples_only_valid_actions,
 )
 from ._metrics import ended_episode_metrics
+from ._on_policy import AbstractOnPolicyAlgorithm
 from ._purejaxrl_config import purejaxrl_ppo_arguments
 from ._returns import compute_gae
 from ._row_blocks import cpu_row_blocks, map_over_row_blocks, mean_over_row_blocks
@@ -135,7 +136,7 @@ class PPOState(eqx.Module):
 NetworkFactory = Callable[[AbstractEnvironment, PRNGKeyArray], AbstractActorCritic]
 
 
-class PPO(AbstractAlgorithm[PPOState]):
+class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     """Proximal policy optimization (clipped surrogate), discrete or continuous.
 
     One iteration collects `num_steps` steps from each of `num_envs` auto-resetting
@@ -244,12 +245,8 @@ class PPO(AbstractAlgorithm[PPOState]):
         ```
     """
 
-    env: AbstractEnvironment
-    num_envs: int = eqx.field(static=True, default=4)
-    num_steps: int = eqx.field(static=True, default=128)
-    total_timesteps: int = eqx.field(static=True, default=500_000)
-    num_epochs: int = eqx.field(static=True, default=4)
-    num_minibatches: int = eqx.field(static=True, default=4)
+    # env, num_envs=4, num_steps=128, total_timesteps=500_000, num_epochs=4,
+    # num_minibatches=4: AbstractOnPolicyAlgorithm's fields and defaults.
     learning_rate: Float[Array, ""] = eqx.field(
         default=2.5e-4, converter=in_range("learning_rate", 0.0, math.inf, finite=True)
     )
@@ -536,20 +533,6 @@ class PPO(AbstractAlgorithm[PPOState]):
         }
         arguments = purejaxrl_ppo_arguments(env, config, defaults)
         return cls(env=env, **{**arguments, **overrides})
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """Environment steps collected per iteration: `num_envs * num_steps`."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.steps_per_iteration
-
-    @property
-    def minibatch_size(self) -> int:
-        """Transitions per minibatch: `num_envs * num_steps // num_minibatches`."""
-        return self.num_envs * self.num_steps // self.num_minibatches
 
     @property
     def training_env(self) -> AbstractEnvironment:

@@ -33,9 +33,10 @@ from ..nn import (
     epsilon_greedy_action,
     greedy_action,
 )
-from ._base import AbstractAlgorithm, injected_learning_rate
+from ._base import injected_learning_rate
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
 from ._metrics import ended_episode_metrics
+from ._on_policy import AbstractOnPolicyAlgorithm
 from ._q_learning import default_encoder
 from ._returns import compute_q_lambda_returns
 
@@ -97,7 +98,7 @@ def greedy_value(
     return q_values[greedy_action(q_values, action_mask)]
 
 
-class PQN(AbstractAlgorithm[PQNState]):
+class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     """Parallelised Q-Network (Gallici et al., 2024, "Simplifying Deep Temporal
     Difference Learning"): Q-learning from a vectorized rollout, without a replay
     buffer or a target network, stabilized by LayerNorm.
@@ -220,21 +221,6 @@ class PQN(AbstractAlgorithm[PQNState]):
         )
 
     # ------------------------------------------------------------------ config
-    @property
-    def steps_per_iteration(self) -> int:
-        """Environment steps per iteration: `num_envs * num_steps`."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations of a run: `total_timesteps // steps_per_iteration`."""
-        return self.total_timesteps // self.steps_per_iteration
-
-    @property
-    def minibatch_size(self) -> int:
-        """Steps per minibatch."""
-        return self.steps_per_iteration // self.num_minibatches
-
     @property
     def training_env(self) -> AbstractEnvironment:
         """The environment as it is stepped: `AutoReset(EpisodeStatistics(env))`."""

@@ -1,0 +1,230 @@
+"""PQN: speed against purejaxql's `pqn_gymnax.py`, and wall time to a greedy 475 on
+CartPole against eqxrl's own DQN.
+
+Two parts (`--parts`, default both):
+
+- `speed`: `eqxrl.PQN` at its defaults (purejaxql's `pqn_cartpole` config: 32 envs x
+  64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm, lr 1e-4 decayed, lambda
+  0.95, reward scale 0.1) against purejaxql's `make_train` from `pqn_gymnax.py` with
+  that config (its `purejaxql/config/alg/pqn_cartpole.yaml`), its evaluation during
+  training and wandb off, `--steps` steps each, alternating in one process for
+  `--pairs` rounds after a warm-up, compile time apart. purejaxql is not on PyPI:
+  `--purejaxql FOLDER` holds its `pqn_gymnax.py`, fetched from its repository
+  (github.com/mttga/purejaxql), never committed; its imports used outside
+  `make_train` (hydra, omegaconf, safetensors, wandb) are stubbed when missing.
+- `headline`: for `--seeds` seeds each, alternating PQN and DQN (both at their
+  defaults on CartPole-v1, 500k steps): train in chunks of about 16k environment
+  steps (one compiled `train_iterations` program per algorithm, compile time apart),
+  evaluate the greedy policy after each chunk (16 episodes, not timed), and report
+  the training time until the greedy mean first reaches 475 (or that it did not
+  within the run).
+
+Run (from the repository root):
+
+    .venv-peers/bin/python benchmarks/pqn.py --purejaxql /tmp/purejaxql
+    .venv/bin/python benchmarks/pqn.py --parts headline --seeds 4
+    .venv/bin/python benchmarks/pqn.py --steps 4096 --seeds 1 --headline-steps 8192
+        # a quick check (the test suite's)
+"""
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.random as jr
+import numpy as np
+
+import eqxrl
+from eqxrl.training import evaluate
+
+PURE_JAXQL_CONFIG = {  # purejaxql/config/alg/pqn_cartpole.yaml
+    "ALG_NAME": "pqn",
+    "TOTAL_TIMESTEPS": 5e5,
+    "TOTAL_TIMESTEPS_DECAY": 5e5,
+    "NUM_ENVS": 32,
+    "NUM_STEPS": 64,
+    "EPS_START": 1.0,
+    "EPS_FINISH": 0.2,
+    "EPS_DECAY": 0.2,
+    "NUM_MINIBATCHES": 16,
+    "NUM_EPOCHS": 4,
+    "NORM_INPUT": False,
+    "HIDDEN_SIZE": 256,
+    "NUM_LAYERS": 2,
+    "NORM_TYPE": "layer_norm",
+    "LR": 0.0001,
+    "MAX_GRAD_NORM": 10,
+    "LR_LINEAR_DECAY": True,
+    "REW_SCALE": 0.1,
+    "GAMMA": 0.99,
+    "LAMBDA": 0.95,
+    "ENV_NAME": "CartPole-v1",
+    "ENV_KWARGS": {},
+    # Training only: no evaluation inside the program, no wandb.
+    "TEST_DURING_TRAINING": False,
+    "WANDB_MODE": "disabled",
+}
+GREEDY_BAR = 475.0
+
+
+def import_purejaxql(folder: Path) -> types.ModuleType:
+    """purejaxql's `pqn_gymnax.py` from `folder`, its unused imports stubbed."""
+    path = folder / "pqn_gymnax.py"
+    if not path.exists():
+        raise SystemExit(f"--purejaxql: {path} is missing.")
+    stubs = {}
+    for name in ("hydra", "omegaconf", "safetensors", "safetensors.flax", "wandb"):
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            stubs[name] = types.ModuleType(name)
+    if "omegaconf" in stubs:
+        stubs["omegaconf"].OmegaConf = None
+    if "safetensors.flax" in stubs:
+        stubs["safetensors.flax"].load_file = stubs["safetensors.flax"].save_file = None
+        stubs["safetensors"].flax = stubs["safetensors.flax"]
+    if "hydra" in stubs:
+        stubs["hydra"].main = lambda **_: lambda function: function
+    sys.modules.update(stubs)
+    try:
+        spec = importlib.util.spec_from_file_location("purejaxql_pqn_gymnax", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        for name in stubs:
+            sys.modules.pop(name, None)
+    if stubs:
+        print(f"  (stubbed {sorted(stubs)} to import pqn_gymnax.py)")
+    return module
+
+
+def timed(function, *args) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = jax.block_until_ready(eqx.filter(function(*args), eqx.is_array))
+    return time.perf_counter() - start, out
+
+
+def speed(options) -> None:
+    pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"), total_timesteps=options.steps)
+    steps = pqn.num_iterations * pqn.steps_per_iteration
+    print(f"\nPQN CartPole, purejaxql's pqn_cartpole config, {steps:,} steps")
+    start = time.perf_counter()
+    ours = eqx.filter_jit(lambda key: pqn.train(key)).lower(jr.key(0)).compile()
+    our_compile = time.perf_counter() - start
+    if options.purejaxql is None:
+        print("  purejaxql: skipped (no --purejaxql FOLDER)")
+        seconds, _ = timed(ours, jr.key(1))
+        print(f"  eqxrl: compile {our_compile:.1f} s, {steps / seconds:,.0f} steps/s")
+        return
+    module = import_purejaxql(options.purejaxql)
+    config = {**PURE_JAXQL_CONFIG, "TOTAL_TIMESTEPS": steps}
+    config["TOTAL_TIMESTEPS_DECAY"] = steps
+    train = module.make_train(dict(config))
+    start = time.perf_counter()
+    peer = jax.jit(train).lower(jr.PRNGKey(0)).compile()
+    peer_compile = time.perf_counter() - start
+    timed(ours, jr.key(0))  # warm-ups
+    timed(peer, jr.PRNGKey(0))
+    ratios, our_rates, peer_rates = [], [], []
+    for round_index in range(options.pairs):
+        seed = round_index + 1
+        sides = ["ours", "peer"] if round_index % 2 == 0 else ["peer", "ours"]
+        for side in sides:
+            if side == "ours":
+                seconds, _ = timed(ours, jr.key(seed))
+                our_rates.append(steps / seconds)
+            else:
+                seconds, _ = timed(peer, jr.PRNGKey(seed))
+                peer_rates.append(steps / seconds)
+        ratios.append(our_rates[-1] / peer_rates[-1])
+        print(
+            f"  round {seed}: eqxrl {our_rates[-1]:,.0f} steps/s, purejaxql "
+            f"{peer_rates[-1]:,.0f} steps/s, ratio {ratios[-1]:.2f}x",
+            flush=True,
+        )
+    print(
+        f"  median ratio {statistics.median(ratios):.2f}x, best "
+        f"{max(ratios):.2f}x; steps/s median eqxrl {statistics.median(our_rates):,.0f}"
+        f", purejaxql {statistics.median(peer_rates):,.0f}; compile s eqxrl "
+        f"{our_compile:.1f}, purejaxql {peer_compile:.1f}"
+    )
+
+
+def time_to_greedy(algorithm, seed: int) -> tuple[float | None, int, float]:
+    """Training seconds (compile apart) until the greedy policy averages at least
+    `GREEDY_BAR` over 16 episodes, checked after every chunk of about 16k steps:
+    `(seconds or None, steps, best greedy return)`."""
+    chunk = max(1, 16_384 // algorithm.steps_per_iteration)
+    run = eqx.filter_jit(lambda a, s: a.train_iterations(s, chunk))
+    state = eqx.filter_jit(algorithm.init)(jr.key(seed))
+    compiled = run.lower(algorithm, state).compile()
+    elapsed, best = 0.0, -np.inf
+    for done in range(chunk, algorithm.num_iterations + 1, chunk):
+        seconds, (state, _) = timed(compiled, algorithm, state)
+        elapsed += seconds
+        policy = algorithm.policy(state, deterministic=True)
+        result = evaluate(policy, algorithm.env, jr.key(10_000 + seed))
+        greedy = float(result.summary()["return_mean"])
+        best = max(best, greedy)
+        if greedy >= GREEDY_BAR:
+            return elapsed, done * algorithm.steps_per_iteration, best
+    return None, algorithm.num_iterations * algorithm.steps_per_iteration, best
+
+
+def headline(options) -> None:
+    env = eqxrl.envs.make("CartPole-v1")
+    algorithms = {
+        "PQN": eqxrl.PQN(env=env, total_timesteps=options.headline_steps),
+        "DQN": eqxrl.DQN(env=env, total_timesteps=options.headline_steps),
+    }
+    print(
+        f"\nWall time to a greedy {GREEDY_BAR:.0f} on CartPole-v1 (defaults, up to "
+        f"{options.headline_steps:,} steps, {options.seeds} seed(s) alternating)"
+    )
+    times = {name: [] for name in algorithms}
+    for seed in range(options.seeds):
+        for name, algorithm in algorithms.items():
+            seconds, steps, best = time_to_greedy(algorithm, seed)
+            times[name].append(seconds)
+            reached = (
+                f"{seconds:.1f} s ({steps:,} steps)"
+                if seconds is not None
+                else f"not reached in {steps:,} steps (best {best:.0f})"
+            )
+            print(f"  seed {seed} {name}: {reached}", flush=True)
+    for name, values in times.items():
+        reached = [v for v in values if v is not None]
+        median = statistics.median(reached) if reached else float("nan")
+        print(
+            f"  {name}: reached on {len(reached)} of {len(values)} seeds, median "
+            f"{median:.1f} s"
+        )
+    pqn = [v for v in times["PQN"] if v is not None]
+    dqn = [v for v in times["DQN"] if v is not None]
+    if pqn and dqn:
+        ratio = statistics.median(dqn) / statistics.median(pqn)
+        print(f"  DQN / PQN median time: {ratio:.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--parts", nargs="+", choices=("speed", "headline"), default=None
+    )
+    parser.add_argument("--purejaxql", type=Path, default=None)
+    parser.add_argument("--steps", type=int, default=500_000)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--headline-steps", type=int, default=500_000)
+    options = parser.parse_args()
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+    for part in options.parts or ("speed", "headline"):
+        {"speed": speed, "headline": headline}[part](options)
+
+
+if __name__ == "__main__":
+    main()
