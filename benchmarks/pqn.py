@@ -177,9 +177,10 @@ def time_to_greedy(algorithm, seed: int) -> tuple[float | None, int, float]:
 
 def headline(options) -> None:
     env = eqxrl.envs.make("CartPole-v1")
+    makers = {"PQN": eqxrl.PQN, "DQN": eqxrl.DQN}
     algorithms = {
-        "PQN": eqxrl.PQN(env=env, total_timesteps=options.headline_steps),
-        "DQN": eqxrl.DQN(env=env, total_timesteps=options.headline_steps),
+        name: makers[name](env=env, total_timesteps=options.headline_steps)
+        for name in options.headline_algorithms
     }
     print(
         f"\nWall time to a greedy {GREEDY_BAR:.0f} on CartPole-v1 (defaults, up to "
@@ -203,8 +204,8 @@ def headline(options) -> None:
             f"  {name}: reached on {len(reached)} of {len(values)} seeds, median "
             f"{median:.1f} s"
         )
-    pqn = [v for v in times["PQN"] if v is not None]
-    dqn = [v for v in times["DQN"] if v is not None]
+    pqn = [v for v in times.get("PQN", []) if v is not None]
+    dqn = [v for v in times.get("DQN", []) if v is not None]
     if pqn and dqn:
         ratio = statistics.median(dqn) / statistics.median(pqn)
         print(f"  DQN / PQN median time: {ratio:.1f}x")
@@ -220,6 +221,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--headline-steps", type=int, default=500_000)
+    parser.add_argument(
+        "--headline-algorithms",
+        nargs="+",
+        choices=("PQN", "DQN"),
+        default=["PQN", "DQN"],
+    )
     options = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     for part in options.parts or ("speed", "headline"):
