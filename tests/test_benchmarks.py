@@ -228,6 +228,17 @@ SMOKE_RUNS = {
         ],
         [],
     ),
+    "td3.py": (
+        # Without rejax (the dev venv) the peers part says it is skipped; TD3 and
+        # DDPG at their defaults for 1,200 steps x 2 seeds.
+        ["--smoke"],
+        [
+            rf"TD3 at its defaults on Pendulum-v1, .* \({NUMBER} steps/s\)",
+            rf"DDPG at its defaults on Pendulum-v1, .* \({NUMBER} steps/s\)",
+            rf"last 200 steps per seed: -{NUMBER}, -{NUMBER}; above -250",
+        ],
+        [],
+    ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
         ["--configs", "default", "--episodes", "1", "--turns", "10"]

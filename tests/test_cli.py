@@ -280,7 +280,7 @@ def test_recurrent_network_run_is_named_and_evaluates(capsys, tmp_path):
         (["train", "CartPole-v1", "--gamma", "2"], 1, "gamma=2.0 must lie in"),
         (["train", "CartPole-v1", "--num-minibatches", "3"], 1, "not divisible"),
         (["train", "Nope-v0"], 1, "Unknown environment 'Nope-v0'"),
-        (["train", "--algo", "td3", "CartPole-v1"], 1, "Unknown algorithm 'td3'"),
+        (["train", "--algo", "a2c", "CartPole-v1"], 1, "Unknown algorithm 'a2c'"),
         (["train"], 2, "ENV is required"),
         (
             ["train", "CartPole-v1", "--log", "csv,mlflow"],

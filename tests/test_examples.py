@@ -208,6 +208,28 @@ def test_pqn_example_prints_curve_and_greedy_returns(run_script):
         assert 1.0 <= value <= 500.0, output
 
 
+def test_td3_example_prints_curve_and_deterministic_returns(run_script):
+    output = run_script(
+        EXAMPLES / "td3_pendulum.py",
+        *("--algo", "ddpg", "--total-timesteps", "2000", "--seeds", "2"),
+        *("--hidden-sizes", "16"),
+    )
+    assert output.startswith("DDPG: 2 seeds x 2,000 steps"), output
+    curve = re.findall(rf"^\s*[\d,]+ steps: return\s+-{NUMBER}$", output, re.MULTILINE)
+    assert len(curve) == 2, output
+    final = numbers(
+        rf"final return per seed \(last 1,000 steps\): \[-{NUMBER}, -{NUMBER}\]",
+        output,
+    )
+    deterministic = numbers(
+        rf"deterministic return per seed \(10 episodes\): \[-{NUMBER}, -{NUMBER}\]",
+        output,
+    )
+    # Pendulum's return per 200-step episode lies in [-3300, 0].
+    for value in [*map(float, curve), *final, *deterministic]:
+        assert 0.0 <= value <= 3300.0, output
+
+
 @pytest.mark.slow
 def test_recurrent_example_trains_evaluates_and_steps_with_the_carry(run_script):
     output = run_script(

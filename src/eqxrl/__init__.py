@@ -36,15 +36,18 @@ else:
     )
 
 from .algorithms import (  # noqa: E402
+    DDPG as DDPG,
     DQN as DQN,
     IQN as IQN,
     PPO as PPO,
     PQN as PQN,
     SAC as SAC,
+    TD3 as TD3,
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
     SACState as SACState,
+    TD3State as TD3State,
     TrainResult as TrainResult,
     train as train,
     train_seeds as train_seeds,

@@ -12,7 +12,10 @@ from ._diagnostics import (
 from ._dqn import DQN as DQN, huber_loss as huber_loss
 from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
 from ._metrics import ended_episode_metrics as ended_episode_metrics
-from ._off_policy import AbstractOffPolicyAlgorithm as AbstractOffPolicyAlgorithm
+from ._off_policy import (
+    AbstractOffPolicyActorCritic as AbstractOffPolicyActorCritic,
+    AbstractOffPolicyAlgorithm as AbstractOffPolicyAlgorithm,
+)
 from ._on_policy import AbstractOnPolicyAlgorithm as AbstractOnPolicyAlgorithm
 from ._parallel import (
     train_seeds as train_seeds,
@@ -39,4 +42,10 @@ from ._returns import (
     compute_q_lambda_returns as compute_q_lambda_returns,
 )
 from ._sac import SAC as SAC, SACState as SACState
+from ._td3 import (
+    DDPG as DDPG,
+    TD3 as TD3,
+    AbstractTD3 as AbstractTD3,
+    TD3State as TD3State,
+)
 from ._train import TrainResult as TrainResult, train as train

@@ -1,17 +1,40 @@
-"""What the replay-based algorithms (DQN, IQN, SAC) share: their base class (the
+"""What the replay-based algorithms (DQN, IQN, SAC, TD3) share: their base class (the
 collection schedule's fields and what follows from them), the checks of that
 schedule, the per-step episode statistics, and the target networks' Polyak
-averaging and periodic copies."""
+averaging and periodic copies; and what the continuous-control actor-critics (SAC,
+TD3) share on top: the collection with an exploring actor, the updates on
+minibatches gathered up front, and the iteration around them."""
 
-from typing import Any
+import abc
+import dataclasses
+import math
+from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.lax as lax
+import jax.numpy as jnp
+import jax.random as jr
 import jax.tree_util as jtu
-from jaxtyping import Array, Float, Int, PyTree
+import numpy as np
+import optax
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from ..envs import AbstractEnvironment, TimeStep
-from ._base import AbstractAlgorithm, StateT
+from .._filters import scan_or_step
+from .._random import split as random_split, uniform as random_uniform
+from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
+from ..envs import (
+    AbstractEnvironment,
+    AutoReset,
+    Box,
+    EpisodeStatistics,
+    TimeStep,
+    check_environment,
+)
+from ..nn import RunningMeanStd
+from ._base import AbstractAlgorithm, StateT, with_replay_environment_axes
+from ._checks import refuse_auto_reset
+from ._metrics import ended_episode_metrics
 
 
 class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
@@ -175,3 +198,389 @@ def copy_if_due(
     every `interval` updates, unchanged in between."""
     due = (update_index + 1) % interval == 0
     return lax.cond(due, lambda o, _: o, lambda _, t: t, online, target)
+
+
+def normalize_batch(
+    statistics: RunningMeanStd | None, observations: Float[Array, "..."]
+) -> Float[Array, "..."]:
+    """Observations with leading batch axes normalized by `statistics` (as they
+    are when it is `None`)."""
+    if statistics is None:
+        return observations
+    normalize = statistics.normalize
+    for _ in range(observations.ndim - statistics.mean.ndim):
+        normalize = jax.vmap(normalize)
+    return normalize(observations)
+
+
+class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
+    """What the continuous-control actor-critics ([`SAC`][eqxrl.SAC] and
+    [`TD3`][eqxrl.TD3]) share on top of the replay schedule of
+    [`AbstractOffPolicyAlgorithm`][eqxrl.algorithms.AbstractOffPolicyAlgorithm]:
+    one `Box` action space with finite bounds, `Box` observations, an actor whose
+    actions lie in `[-1, 1]` (stored so in the buffer, seen so by the critics, mapped
+    onto the bounds only to step the environment), optional running observation
+    normalization, and the iteration:
+
+    1. collect `train_frequency` steps of every environment, acting with
+       uniformly random actions before `learning_starts` and with
+       `exploration_action` after, each step added to the replay buffer;
+    2. once `learning_starts` steps are collected, `gradient_steps` calls of
+       `gradient_step` on minibatches drawn and gathered up front.
+
+    A subclass declares `gamma`, `learning_rate`, `hidden_sizes`,
+    `normalize_observations` and `reward_scale` (its own defaults), a state with `actor`, `buffer`, `env_state`,
+    `timestep`, `key`, `iteration`, `num_updates` and `observation_statistics`
+    fields, and the class variables `learner_type` (the part of the state that
+    updates change: networks and optimizer states), `update_metric_names` and
+    `noise_draws_per_update`; and it writes its networks, `exploration_action` and
+    `gradient_step`.
+    """
+
+    learner_type: ClassVar[type[eqx.Module]]
+    # The statistics `gradient_step` returns (NaN on iterations without updates).
+    update_metric_names: ClassVar[tuple[str, ...]]
+    # Standard normal draws of `[batch_size, action_size]` each update receives.
+    noise_draws_per_update: ClassVar[int]
+
+    @abc.abstractmethod
+    def exploration_action(
+        self,
+        actor: Any,
+        observation: Float[Array, "..."],
+        noise: Float[Array, " action_size"],
+    ) -> Float[Array, " action_size"]:
+        """The action in `[-1, 1]` that training takes at one (normalized)
+        observation, from standard normal `noise`."""
+
+    @abc.abstractmethod
+    def gradient_step(
+        self,
+        learner: Any,
+        batch: ReplaySample,
+        noise: Float[Array, "draws batch_size action_size"],
+        update_index: Int[Array, ""],
+    ) -> tuple[Any, dict[str, Array]]:
+        """One update of the `learner` (a `learner_type`) on a minibatch (its
+        observations normalized as the actor sees them), with
+        `noise_draws_per_update` standard normal draws per transition;
+        `update_index` counts the updates before it. Returns the learner and the
+        `update_metric_names` statistics."""
+
+    def check_configuration(self, name: str, positive_fields: tuple[str, ...]) -> None:
+        """Raise a `ValueError` naming `name` unless the schedule can run
+        (`check_replay_schedule`, with the subclass's own `positive_fields` beside
+        the schedule's) and the environment has a `Box` action space with finite
+        bounds and `Box` observations, and is not auto-resetting."""
+        check_replay_schedule(
+            name,
+            self,
+            positive_fields=(
+                "num_envs",
+                "total_timesteps",
+                "buffer_size",
+                "train_frequency",
+                "gradient_steps",
+                "batch_size",
+                *positive_fields,
+            ),
+            min_buffer_size=self.num_envs,
+            min_buffer_text=f"one step of every environment (num_envs={self.num_envs})",
+        )
+        refuse_auto_reset(name, self.env)
+        space = self.env.action_space
+        if not isinstance(space, Box):
+            raise ValueError(
+                f"{name}: needs a Box action space, got {type(space).__name__}; for "
+                "discrete actions use DQN, IQN or PPO."
+            )
+        bounds = (space.low, space.high)
+        if not any(isinstance(bound, jax.core.Tracer) for bound in bounds) and not (
+            np.isfinite(np.asarray(space.low)).all()
+            and np.isfinite(np.asarray(space.high)).all()
+        ):
+            raise ValueError(
+                f"{name}: the action space needs finite bounds (its actions in "
+                f"[-1, 1] are mapped onto them), got low={space.low}, "
+                f"high={space.high}; bound the actions, e.g. with a wrapper that "
+                "clips them."
+            )
+        if not isinstance(self.env.observation_space, Box):
+            raise ValueError(
+                f"{name}: needs a Box observation space, got "
+                f"{type(self.env.observation_space).__name__}; flatten structured "
+                "observations (e.g. eqxrl.envs.FlattenObservation)."
+            )
+        check_environment(self.env)
+
+    @property
+    def action_size(self) -> int:
+        """Entries of one action (the actor's output size)."""
+        return math.prod(self.env.action_space.shape)
+
+    @property
+    def observation_size(self) -> int:
+        """Entries of one (flattened) observation (the networks' input size)."""
+        return math.prod(self.env.observation_space.shape)
+
+    @property
+    def training_env(self) -> AbstractEnvironment:
+        """The environment as it is stepped: `AutoReset(EpisodeStatistics(env))`."""
+        return AutoReset(EpisodeStatistics(self.env))
+
+    def _transition(
+        self,
+        timestep: TimeStep,
+        action: Float[Array, " action_size"],
+        next_timestep: TimeStep,
+    ) -> ReplayTransition:
+        return ReplayTransition(
+            observation=timestep.observation,
+            action=action,
+            reward=next_timestep.reward,
+            terminated=next_timestep.terminated,
+            truncated=next_timestep.truncated,
+            next_observation=next_timestep.extras["final_observation"],
+        )
+
+    def reset_environments(self, reset_key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        """The `num_envs` environments reset for a new run: their states and first
+        timesteps (`[num_envs, ...]` leaves)."""
+        return jax.vmap(self.training_env.reset)(jr.split(reset_key, self.num_envs))
+
+    def example_transition(self, timestep: TimeStep) -> ReplayTransition:
+        """One step of every environment as the replay buffer stores it (zero
+        actions): what `ReplayBuffer.empty` shapes the buffer after."""
+        return jax.vmap(self._transition)(
+            timestep,
+            jnp.zeros((self.num_envs, self.action_size), jnp.float32),
+            timestep,
+        )
+
+    def empty_observation_statistics(self) -> RunningMeanStd | None:
+        """The running observation statistics of a new run (`None` without
+        `normalize_observations`)."""
+        if not self.normalize_observations:
+            return None
+        return RunningMeanStd.zeros(self.env.observation_space.shape)
+
+    def environment_axes(self, state: StateT) -> PyTree[int]:
+        """Environments come first in the environment states and timesteps, and
+        second in the replay buffer's `[capacity, num_envs, ...]` rows."""
+        return with_replay_environment_axes(super().environment_axes(state), state)
+
+    def diverged(self, state: StateT, metrics: dict[str, Array]) -> Bool[Array, ""]:
+        """Whether a loss is NaN or infinite on an iteration with updates (they are
+        NaN by design on iterations without, before `learning_starts`)."""
+        finite = jnp.isfinite(metrics["critic_loss"]) & jnp.isfinite(
+            metrics["actor_loss"]
+        )
+        return (state.num_updates > 0) & ~finite
+
+    def critic_loss(
+        self,
+        critic: Any,
+        batch: ReplaySample,
+        target: Float[Array, " batch_size"],
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """Half the squared error of each critic against `target`, summed over the
+        critics and averaged over the minibatch.
+
+        **Returns:**
+
+        `(loss, {"critic_loss": loss, "q_value": mean Q(s, a)})`.
+        """
+        q = jax.vmap(critic)(batch.observation, batch.action)
+        error = q - lax.stop_gradient(target)[:, None]
+        loss = 0.5 * jnp.mean(jnp.sum(jnp.square(error), axis=1))
+        return loss, {"critic_loss": loss, "q_value": jnp.mean(q)}
+
+    def make_optimizer(self) -> optax.GradientTransformation:
+        """Adam with step size `learning_rate`; the actor and the critics each have
+        their own state."""
+        return optax.adam(self.learning_rate)
+
+    def iteration_metrics(self, learner: Any) -> dict[str, Array]:
+        """Metrics of the learner after an iteration's updates, beyond the update
+        statistics (none by default)."""
+        return {}
+
+    def _collect(
+        self,
+        state: Any,
+        noise_key: PRNGKeyArray,
+        uniform_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
+    ) -> tuple[PyTree, TimeStep, ReplayBuffer, RunningMeanStd | None, dict[str, Array]]:
+        """`train_frequency` steps of every environment, each added to the buffer:
+        `exploration_action`s, or uniformly random actions before `learning_starts`.
+        With `normalize_observations`, each step's observations then join the
+        statistics. The randomness of all the steps is drawn up front."""
+        explore = eqx.filter_vmap(self.exploration_action, in_axes=(None, 0, 0))
+        rescale = jax.vmap(self.policy(state).to_bounds)
+        transition = jax.vmap(self._transition)
+        step_environments = jax.vmap(self.training_env.step)
+        first_step = state.iteration * self.steps_per_iteration
+        shape = (self.train_frequency, self.num_envs)
+
+        def step(carry, inputs):
+            env_state, timestep, buffer, observation_statistics = carry
+            index, noise, uniform, step_keys = inputs
+            warming_up = first_step + index * self.num_envs < self.learning_starts
+            observation = normalize_batch(observation_statistics, timestep.observation)
+            explored = explore(state.actor, observation, noise)
+            action = jnp.where(warming_up, 2.0 * uniform - 1.0, explored)
+            env_state, next_timestep = step_environments(
+                env_state, rescale(action), step_keys
+            )
+            statistics = episode_step_statistics(next_timestep)
+            buffer = buffer.add(transition(timestep, action, next_timestep))
+            if observation_statistics is not None:
+                observation_statistics = observation_statistics.update(
+                    timestep.observation
+                )
+            carry = (env_state, next_timestep, buffer, observation_statistics)
+            return carry, statistics
+
+        (env_state, timestep, buffer, observation_statistics), statistics = (
+            scan_or_step(
+                step,
+                (
+                    state.env_state,
+                    state.timestep,
+                    state.buffer,
+                    state.observation_statistics,
+                ),
+                (
+                    jnp.arange(self.train_frequency, dtype=jnp.int32),
+                    jr.normal(noise_key, (*shape, self.action_size), jnp.float32),
+                    random_uniform(uniform_key, (*shape, self.action_size)),
+                    random_split(step_key, shape),
+                ),
+            )
+        )
+        return env_state, timestep, buffer, observation_statistics, statistics
+
+    def _update(
+        self,
+        learner: Any,
+        num_updates: Int[Array, ""],
+        buffer: ReplayBuffer,
+        observation_statistics: RunningMeanStd | None,
+        sample_key: PRNGKeyArray,
+        noise_key: PRNGKeyArray,
+    ) -> tuple[Any, dict[str, Array]]:
+        """`gradient_steps` updates on minibatches all drawn and gathered up front
+        (one gather per field per iteration, as in DQN), their observations
+        normalized by `observation_statistics` when there are some."""
+
+        def gather(index: Int[Array, " batch_size"]) -> ReplaySample:
+            batch = buffer.gather(index, gamma=self.gamma)
+            if observation_statistics is None:
+                return batch
+            return eqx.tree_at(
+                lambda b: (b.observation, b.next_observation),
+                batch,
+                (
+                    normalize_batch(observation_statistics, batch.observation),
+                    normalize_batch(observation_statistics, batch.next_observation),
+                ),
+            )
+
+        def gradient_step(learner, inputs):
+            return self.gradient_step(learner, *inputs)
+
+        learner, statistics = scan_or_step(
+            gradient_step,
+            learner,
+            (
+                jax.vmap(gather)(
+                    buffer.sample_indices(
+                        sample_key, (self.gradient_steps, self.batch_size)
+                    )
+                ),
+                jr.normal(
+                    noise_key,
+                    (
+                        self.gradient_steps,
+                        self.noise_draws_per_update,
+                        self.batch_size,
+                        self.action_size,
+                    ),
+                    jnp.float32,
+                ),
+                num_updates + jnp.arange(self.gradient_steps, dtype=jnp.int32),
+            ),
+        )
+        return learner, self.summarize_updates(statistics)
+
+    def summarize_updates(self, statistics: dict[str, Array]) -> dict[str, Array]:
+        """An iteration's update statistics (`[gradient_steps]` each) as scalars:
+        their means."""
+        return jtu.tree_map(jnp.mean, statistics)
+
+    def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
+        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
+        steps are collected) run `gradient_steps` updates.
+
+        **Returns:**
+
+        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
+        return of the episodes that ended during the iteration, NaN when none did),
+        `episode_length`, `episode_count`, the update statistics (means over the
+        iteration's updates, NaN before learning starts; the class docstring lists
+        them) and the `iteration_metrics`.
+        """
+        key, noise_key, uniform_key, step_key, sample_key, update_key = random_split(
+            state.key, 6
+        )
+        env_state, timestep, buffer, observation_statistics, statistics = self._collect(
+            state, noise_key, uniform_key, step_key
+        )
+
+        collected = (state.iteration + 1) * self.steps_per_iteration
+        learning = collected >= self.learning_starts
+        learner_fields = [field.name for field in dataclasses.fields(self.learner_type)]
+        learner = self.learner_type(
+            **{name: getattr(state, name) for name in learner_fields}
+        )
+        dynamic, static = eqx.partition(learner, eqx.is_array)
+
+        def update(dynamic):
+            learner, update_statistics = self._update(
+                eqx.combine(dynamic, static),
+                state.num_updates,
+                buffer,
+                observation_statistics,
+                sample_key,
+                update_key,
+            )
+            return eqx.partition(learner, eqx.is_array)[0], update_statistics
+
+        def skip(dynamic):
+            nan = jnp.full((), jnp.nan, jnp.float32)
+            return dynamic, {name: nan for name in self.update_metric_names}
+
+        dynamic, update_statistics = lax.cond(learning, update, skip, dynamic)
+        learner = eqx.combine(dynamic, static)
+        num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
+
+        metrics = ended_episode_metrics(
+            statistics["done"],
+            statistics["episode_return"],
+            statistics["episode_length"],
+        )
+        metrics.update(update_statistics)
+        metrics.update(self.iteration_metrics(learner))
+        state = dataclasses.replace(
+            state,
+            **{name: getattr(learner, name) for name in learner_fields},
+            buffer=buffer,
+            env_state=env_state,
+            timestep=timestep,
+            key=key,
+            iteration=state.iteration + 1,
+            num_updates=num_updates.astype(jnp.int32),
+            observation_statistics=observation_statistics,
+        )
+        return state, metrics

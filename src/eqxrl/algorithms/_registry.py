@@ -4,6 +4,7 @@ from ._iqn import IQN
 from ._ppo import PPO
 from ._pqn import PQN
 from ._sac import SAC
+from ._td3 import DDPG, TD3
 
 _ALGORITHMS: dict[str, type[AbstractAlgorithm]] = {}
 
@@ -43,3 +44,5 @@ register_algorithm("dqn", DQN)
 register_algorithm("iqn", IQN)
 register_algorithm("sac", SAC)
 register_algorithm("pqn", PQN)
+register_algorithm("td3", TD3)
+register_algorithm("ddpg", DDPG)

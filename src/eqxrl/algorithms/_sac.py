@@ -1,43 +1,27 @@
-import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
-import jax.tree_util as jtu
-import numpy as np
 import optax
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import in_range
-from .._filters import scan_or_step
-from .._random import split as random_split, uniform as random_uniform
-from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
-from ..envs import (
-    AbstractEnvironment,
-    AutoReset,
-    Box,
-    EpisodeStatistics,
-    TimeStep,
-    check_environment,
-)
+from ..buffers import ReplayBuffer, ReplaySample
+from ..envs import AbstractEnvironment, TimeStep
 from ..nn import (
     MLPTanhGaussianActor,
     MLPTwinCritic,
     RunningMeanStd,
     TanhGaussianPolicy,
 )
-from ._base import with_replay_environment_axes
 from ._brax_hyperparameters import brax_sac_arguments
-from ._checks import refuse_auto_reset, refuse_multi_agent
-from ._metrics import ended_episode_metrics
+from ._checks import refuse_multi_agent
 from ._off_policy import (
-    AbstractOffPolicyAlgorithm,
-    check_replay_schedule,
-    episode_step_statistics,
+    AbstractOffPolicyActorCritic,
     polyak_update,
 )
 
@@ -96,26 +80,7 @@ class _Learner(eqx.Module):
     alpha_optimizer_state: PyTree
 
 
-_LEARNER_FIELDS = tuple(field.name for field in dataclasses.fields(_Learner))
-# The update statistics (means over an iteration's gradient steps), NaN on
-# iterations without updates.
-_UPDATE_METRICS = ("critic_loss", "actor_loss", "q_value", "entropy")
-
-
-def normalize_batch(
-    statistics: RunningMeanStd | None, observations: Float[Array, "..."]
-) -> Float[Array, "..."]:
-    """Observations with leading batch axes normalized by `statistics` (as they
-    are when it is `None`)."""
-    if statistics is None:
-        return observations
-    normalize = statistics.normalize
-    for _ in range(observations.ndim - statistics.mean.ndim):
-        normalize = jax.vmap(normalize)
-    return normalize(observations)
-
-
-class SAC(AbstractOffPolicyAlgorithm[SACState]):
+class SAC(AbstractOffPolicyActorCritic[SACState]):
     """Soft actor-critic (Haarnoja et al., 2018) for `Box` action spaces, with twin
     critics, target networks and an automatically tuned entropy temperature.
 
@@ -205,6 +170,16 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
         ```
     """
 
+    learner_type: ClassVar[type[eqx.Module]] = _Learner
+    update_metric_names: ClassVar[tuple[str, ...]] = (
+        "critic_loss",
+        "actor_loss",
+        "q_value",
+        "entropy",
+    )
+    # The target's next actions and the actor loss's reparameterized actions.
+    noise_draws_per_update: ClassVar[int] = 2
+
     # The schedule's fields (`env` to `batch_size`) are the base's, at its defaults.
     target_update_interval: int = eqx.field(static=True, default=1)
     tau: Float[Array, ""] = eqx.field(
@@ -240,21 +215,7 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
     )
 
     def __check_init__(self):
-        check_replay_schedule(
-            "SAC",
-            self,
-            positive_fields=(
-                "num_envs",
-                "total_timesteps",
-                "buffer_size",
-                "train_frequency",
-                "gradient_steps",
-                "batch_size",
-                "target_update_interval",
-            ),
-            min_buffer_size=self.num_envs,
-            min_buffer_text=f"one step of every environment (num_envs={self.num_envs})",
-        )
+        self.check_configuration("SAC", ("target_update_interval",))
         if (
             self.autotune_alpha
             and not isinstance(self.alpha, jax.core.Tracer)
@@ -265,30 +226,6 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
                 "log(alpha)); give a positive initial alpha, or autotune_alpha=False "
                 "for no entropy bonus."
             )
-        refuse_auto_reset("SAC", self.env)
-        space = self.env.action_space
-        if not isinstance(space, Box):
-            raise ValueError(
-                f"SAC: needs a Box action space, got {type(space).__name__}; for "
-                "discrete actions use DQN, IQN or PPO."
-            )
-        bounds = (space.low, space.high)
-        if not any(isinstance(bound, jax.core.Tracer) for bound in bounds) and not (
-            np.isfinite(np.asarray(space.low)).all()
-            and np.isfinite(np.asarray(space.high)).all()
-        ):
-            raise ValueError(
-                "SAC: the action space needs finite bounds (its tanh-squashed actions "
-                f"are mapped onto them), got low={space.low}, high={space.high}; "
-                "bound the actions, e.g. with a wrapper that clips them."
-            )
-        if not isinstance(self.env.observation_space, Box):
-            raise ValueError(
-                "SAC: needs a Box observation space, got "
-                f"{type(self.env.observation_space).__name__}; flatten structured "
-                "observations (e.g. eqxrl.envs.FlattenObservation)."
-            )
-        check_environment(self.env)
 
     # ------------------------------------------------------------------ config
     @classmethod
@@ -357,11 +294,6 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
         return cls(**brax_sac_arguments(env, brax_arguments))
 
     @property
-    def action_size(self) -> int:
-        """Entries of one action (the actor's output size)."""
-        return math.prod(self.env.action_space.shape)
-
-    @property
     def effective_target_entropy(self) -> Float[Array, ""]:
         """The entropy the tuned temperature aims at: `target_entropy`, or
         `-action_size` when it is `None`."""
@@ -369,35 +301,24 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
             return jnp.float32(-self.action_size)
         return self.target_entropy
 
-    @property
-    def training_env(self) -> AbstractEnvironment:
-        """The environment as it is stepped: `AutoReset(EpisodeStatistics(env))`."""
-        return AutoReset(EpisodeStatistics(self.env))
-
     def make_networks(
         self, key: PRNGKeyArray
     ) -> tuple[MLPTanhGaussianActor, MLPTwinCritic]:
         """The initial actor and critics (the target critics start as a copy)."""
         actor_key, critic_key = jr.split(key)
-        observation_size = math.prod(self.env.observation_space.shape)
         actor = MLPTanhGaussianActor(
-            observation_size,
+            self.observation_size,
             self.action_size,
             hidden_sizes=self.hidden_sizes,
             key=actor_key,
         )
         critic = MLPTwinCritic(
-            observation_size,
+            self.observation_size,
             self.action_size,
             hidden_sizes=self.hidden_sizes,
             key=critic_key,
         )
         return actor, critic
-
-    def make_optimizer(self) -> optax.GradientTransformation:
-        """Adam with step size `learning_rate`; the actor and the critics each have
-        their own state."""
-        return optax.adam(self.learning_rate)
 
     def make_alpha_optimizer(self) -> optax.GradientTransformation:
         """Adam for the temperature, with step size `alpha_learning_rate` (or
@@ -407,35 +328,14 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
         return optax.adam(self.alpha_learning_rate)
 
     # ------------------------------------------------------------------ state
-    def _transition(
-        self,
-        timestep: TimeStep,
-        action: Float[Array, " action_size"],
-        next_timestep: TimeStep,
-    ) -> ReplayTransition:
-        return ReplayTransition(
-            observation=timestep.observation,
-            action=action,
-            reward=next_timestep.reward,
-            terminated=next_timestep.terminated,
-            truncated=next_timestep.truncated,
-            next_observation=next_timestep.extras["final_observation"],
-        )
-
     def init(self, key: PRNGKeyArray) -> SACState:
         refuse_multi_agent("SAC", self.env, independent=False)
         network_key, reset_key, state_key = jr.split(key, 3)
         actor, critic = self.make_networks(network_key)
         optimizer = self.make_optimizer()
         log_alpha = jnp.log(self.alpha)
-        env_state, timestep = jax.vmap(self.training_env.reset)(
-            jr.split(reset_key, self.num_envs)
-        )
-        example = jax.vmap(self._transition)(
-            timestep,
-            jnp.zeros((self.num_envs, self.action_size), jnp.float32),
-            timestep,
-        )
+        env_state, timestep = self.reset_environments(reset_key)
+        example = self.example_transition(timestep)
         return SACState(
             actor=actor,
             critic=critic,
@@ -454,17 +354,8 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
             key=state_key,
             iteration=jnp.int32(0),
             num_updates=jnp.int32(0),
-            observation_statistics=(
-                RunningMeanStd.zeros(self.env.observation_space.shape)
-                if self.normalize_observations
-                else None
-            ),
+            observation_statistics=self.empty_observation_statistics(),
         )
-
-    def environment_axes(self, state: SACState) -> PyTree[int]:
-        """Environments come first in the environment states and timesteps, and
-        second in the replay buffer's `[capacity, num_envs, ...]` rows."""
-        return with_replay_environment_axes(super().environment_axes(state), state)
 
     def policy(
         self, state: SACState, deterministic: bool = False
@@ -480,14 +371,6 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
             deterministic,
             observation_statistics=state.observation_statistics,
         )
-
-    def diverged(self, state: SACState, metrics: dict[str, Array]) -> Bool[Array, ""]:
-        """Whether a loss is NaN or infinite on an iteration with updates (they are
-        NaN by design on iterations without, before `learning_starts`)."""
-        finite = jnp.isfinite(metrics["critic_loss"]) & jnp.isfinite(
-            metrics["actor_loss"]
-        )
-        return (state.num_updates > 0) & ~finite
 
     # ------------------------------------------------------------------ losses
     def critic_target(
@@ -514,24 +397,6 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
         if self.reward_scale is not None:
             reward = reward * self.reward_scale
         return reward + batch.discount * soft_value
-
-    def critic_loss(
-        self,
-        critic: MLPTwinCritic,
-        batch: ReplaySample,
-        target: Float[Array, " batch_size"],
-    ) -> tuple[Float[Array, ""], dict[str, Array]]:
-        """Half the squared error of each critic against `target`, summed over the
-        two critics and averaged over the minibatch.
-
-        **Returns:**
-
-        `(loss, {"critic_loss": loss, "q_value": mean Q(s, a)})`.
-        """
-        q = jax.vmap(critic)(batch.observation, batch.action)
-        error = q - lax.stop_gradient(target)[:, None]
-        loss = 0.5 * jnp.mean(jnp.sum(jnp.square(error), axis=1))
-        return loss, {"critic_loss": loss, "q_value": jnp.mean(q)}
 
     def actor_loss(
         self,
@@ -563,68 +428,20 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
         return -log_alpha * jnp.mean(lax.stop_gradient(log_prob) + target)
 
     # -------------------------------------------------------------- iteration
-    def _collect(
+    def exploration_action(
         self,
-        state: SACState,
-        noise_key: PRNGKeyArray,
-        uniform_key: PRNGKeyArray,
-        step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, ReplayBuffer, RunningMeanStd | None, dict[str, Array]]:
-        """`train_frequency` steps of every environment, each added to the buffer:
-        the actor's samples, or uniformly random actions before `learning_starts`.
-        With `normalize_observations`, each step's observations then join the
-        statistics. The randomness of all the steps is drawn up front."""
-        sample = eqx.filter_vmap(
-            lambda actor, observation, noise: actor.sample_and_log_prob(
-                observation, noise
-            )[0],
-            in_axes=(None, 0, 0),
-        )
-        rescale = jax.vmap(self.policy(state).to_bounds)
-        transition = jax.vmap(self._transition)
-        step_environments = jax.vmap(self.training_env.step)
-        first_step = state.iteration * self.steps_per_iteration
-        shape = (self.train_frequency, self.num_envs)
+        actor: MLPTanhGaussianActor,
+        observation: Float[Array, "..."],
+        noise: Float[Array, " action_size"],
+    ) -> Float[Array, " action_size"]:
+        """The actor's sample at one observation, from standard normal `noise`."""
+        return actor.sample_and_log_prob(observation, noise)[0]
 
-        def step(carry, inputs):
-            env_state, timestep, buffer, observation_statistics = carry
-            index, noise, uniform, step_keys = inputs
-            warming_up = first_step + index * self.num_envs < self.learning_starts
-            observation = normalize_batch(observation_statistics, timestep.observation)
-            sampled = sample(state.actor, observation, noise)
-            action = jnp.where(warming_up, 2.0 * uniform - 1.0, sampled)
-            env_state, next_timestep = step_environments(
-                env_state, rescale(action), step_keys
-            )
-            statistics = episode_step_statistics(next_timestep)
-            buffer = buffer.add(transition(timestep, action, next_timestep))
-            if observation_statistics is not None:
-                observation_statistics = observation_statistics.update(
-                    timestep.observation
-                )
-            carry = (env_state, next_timestep, buffer, observation_statistics)
-            return carry, statistics
+    def iteration_metrics(self, learner: _Learner) -> dict[str, Array]:
+        """`alpha`: the temperature after the iteration's updates."""
+        return {"alpha": jnp.exp(learner.log_alpha)}
 
-        (env_state, timestep, buffer, observation_statistics), statistics = (
-            scan_or_step(
-                step,
-                (
-                    state.env_state,
-                    state.timestep,
-                    state.buffer,
-                    state.observation_statistics,
-                ),
-                (
-                    jnp.arange(self.train_frequency, dtype=jnp.int32),
-                    jr.normal(noise_key, (*shape, self.action_size), jnp.float32),
-                    random_uniform(uniform_key, (*shape, self.action_size)),
-                    random_split(step_key, shape),
-                ),
-            )
-        )
-        return env_state, timestep, buffer, observation_statistics, statistics
-
-    def _gradient_step(
+    def gradient_step(
         self,
         learner: _Learner,
         batch: ReplaySample,
@@ -692,115 +509,3 @@ class SAC(AbstractOffPolicyAlgorithm[SACState]):
             "entropy": -jnp.mean(log_prob),
         }
         return learner, statistics
-
-    def _update(
-        self,
-        learner: _Learner,
-        num_updates: Int[Array, ""],
-        buffer: ReplayBuffer,
-        observation_statistics: RunningMeanStd | None,
-        sample_key: PRNGKeyArray,
-        noise_key: PRNGKeyArray,
-    ) -> tuple[_Learner, dict[str, Array]]:
-        """`gradient_steps` updates on minibatches all drawn and gathered up front
-        (one gather per field per iteration, as in DQN), their observations
-        normalized by `observation_statistics` when there are some."""
-
-        def gather(index: Int[Array, " batch_size"]) -> ReplaySample:
-            batch = buffer.gather(index, gamma=self.gamma)
-            if observation_statistics is None:
-                return batch
-            return eqx.tree_at(
-                lambda b: (b.observation, b.next_observation),
-                batch,
-                (
-                    normalize_batch(observation_statistics, batch.observation),
-                    normalize_batch(observation_statistics, batch.next_observation),
-                ),
-            )
-
-        def gradient_step(learner, inputs):
-            return self._gradient_step(learner, *inputs)
-
-        learner, statistics = scan_or_step(
-            gradient_step,
-            learner,
-            (
-                jax.vmap(gather)(
-                    buffer.sample_indices(
-                        sample_key, (self.gradient_steps, self.batch_size)
-                    )
-                ),
-                jr.normal(
-                    noise_key,
-                    (self.gradient_steps, 2, self.batch_size, self.action_size),
-                    jnp.float32,
-                ),
-                num_updates + jnp.arange(self.gradient_steps, dtype=jnp.int32),
-            ),
-        )
-        return learner, jtu.tree_map(jnp.mean, statistics)
-
-    def train_iteration(self, state: SACState) -> tuple[SACState, dict[str, Array]]:
-        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
-        steps are collected) run `gradient_steps` updates.
-
-        **Returns:**
-
-        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
-        return of the episodes that ended during the iteration, NaN when none did),
-        `episode_length`, `episode_count`, the update statistics (means over the
-        iteration's updates, NaN before learning starts: `critic_loss`,
-        `actor_loss`, `q_value` the mean `Q(s, a)` of the minibatches, `entropy`
-        the policy's entropy estimated as `-mean(log pi)`), and `alpha` (the
-        temperature after the iteration).
-        """
-        key, noise_key, uniform_key, step_key, sample_key, update_key = random_split(
-            state.key, 6
-        )
-        env_state, timestep, buffer, observation_statistics, statistics = self._collect(
-            state, noise_key, uniform_key, step_key
-        )
-
-        collected = (state.iteration + 1) * self.steps_per_iteration
-        learning = collected >= self.learning_starts
-        learner = _Learner(**{name: getattr(state, name) for name in _LEARNER_FIELDS})
-        dynamic, static = eqx.partition(learner, eqx.is_array)
-
-        def update(dynamic):
-            learner, update_statistics = self._update(
-                eqx.combine(dynamic, static),
-                state.num_updates,
-                buffer,
-                observation_statistics,
-                sample_key,
-                update_key,
-            )
-            return eqx.partition(learner, eqx.is_array)[0], update_statistics
-
-        def skip(dynamic):
-            nan = jnp.full((), jnp.nan, jnp.float32)
-            return dynamic, {name: nan for name in _UPDATE_METRICS}
-
-        dynamic, update_statistics = lax.cond(learning, update, skip, dynamic)
-        learner = eqx.combine(dynamic, static)
-        num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
-
-        metrics = ended_episode_metrics(
-            statistics["done"],
-            statistics["episode_return"],
-            statistics["episode_length"],
-        )
-        metrics.update(update_statistics)
-        metrics["alpha"] = jnp.exp(learner.log_alpha)
-        state = SACState(
-            **{name: getattr(learner, name) for name in _LEARNER_FIELDS},
-            buffer=buffer,
-            env_state=env_state,
-            timestep=timestep,
-            key=key,
-            iteration=state.iteration + 1,
-            num_updates=num_updates.astype(jnp.int32),
-            observation_statistics=observation_statistics,
-        )
-        return state, metrics

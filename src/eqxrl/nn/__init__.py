@@ -55,6 +55,8 @@ from ._recurrent_q_network import (
     GRUQNetwork as GRUQNetwork,
 )
 from ._sac_networks import (
+    DeterministicPolicy as DeterministicPolicy,
+    MLPDeterministicActor as MLPDeterministicActor,
     MLPTanhGaussianActor as MLPTanhGaussianActor,
     MLPTwinCritic as MLPTwinCritic,
     TanhGaussianPolicy as TanhGaussianPolicy,

@@ -1,5 +1,6 @@
-"""The networks of soft actor-critic: a tanh-squashed Gaussian actor, twin Q-critics,
-and the policy that acts with the actor in an environment's action bounds."""
+"""The networks of the continuous-control actor-critics: SAC's tanh-squashed Gaussian
+actor, TD3's deterministic actor, the twin Q-critics, and the policies that act with
+an actor in an environment's action bounds."""
 
 import math
 from collections.abc import Callable, Sequence
@@ -135,13 +136,14 @@ class MLPTanhGaussianActor(eqx.Module):
 
 class MLPTwinCritic(eqx.Module):
     """Two independent Q-networks on `(observation, action)`, as the twin critics of
-    SAC and TD3 (the smaller of their values curbs overestimation).
+    SAC and TD3 (the smaller of their values curbs overestimation); or one
+    (`num_critics=1`, DDPG's critic) or more.
 
     Each is a multi-layer perceptron from the flattened observation concatenated
     with the action to one value. Their weights are stacked on a leading axis of
-    size 2 and applied with `eqx.filter_vmap`, so both run as one batched matrix
-    product per layer. Weights use Equinox's default initialization (uniform, as
-    PyTorch's).
+    size `num_critics` and applied with `eqx.filter_vmap`, so all run as one
+    batched matrix product per layer. Weights use Equinox's default initialization
+    (uniform, as PyTorch's).
 
     **Arguments:**
 
@@ -149,6 +151,7 @@ class MLPTwinCritic(eqx.Module):
     - `action_size`: entries of one action.
     - `hidden_sizes`: widths of the hidden layers.
     - `activation`: activation after each hidden layer (default ReLU).
+    - `num_critics`: how many Q-networks (default 2).
     - `key`: a PRNG key for the initial weights.
 
     !!! example
@@ -169,6 +172,7 @@ class MLPTwinCritic(eqx.Module):
         *,
         hidden_sizes: Sequence[int] = (256, 256),
         activation: Callable[[Array], Array] = jax.nn.relu,
+        num_critics: int = 2,
         key: PRNGKeyArray,
     ):
         _check_sizes(
@@ -176,17 +180,20 @@ class MLPTwinCritic(eqx.Module):
             observation_size=observation_size,
             action_size=action_size,
             hidden_sizes=tuple(hidden_sizes),
+            num_critics=num_critics,
         )
         sizes = [observation_size + action_size, *hidden_sizes, 1]
-        self.layers = eqx.filter_vmap(lambda k: _mlp(sizes, k))(jr.split(key, 2))
+        self.layers = eqx.filter_vmap(lambda k: _mlp(sizes, k))(
+            jr.split(key, num_critics)
+        )
         self.activation = activation
 
     def __call__(
         self,
         observation: Float[Array, "..."],
         action: Float[Array, " action_size"],
-    ) -> Float[Array, " 2"]:
-        """Both critics' values of `action` at one observation."""
+    ) -> Float[Array, " num_critics"]:
+        """Every critic's value of `action` at one observation."""
         features = jnp.ravel(observation).astype(jnp.float32)
         x = jnp.concatenate([features, action.astype(jnp.float32)])
 
@@ -245,6 +252,118 @@ class TanhGaussianPolicy(AbstractPolicy):
         `[low, high]` (the action space's shape), clipped there against rounding:
         what the policy does to the actor's actions, and what SAC does to the
         actions it collects with."""
-        low, high = self.low, self.high
-        fraction = 0.5 * (action.reshape(low.shape) + 1.0)
-        return jnp.clip(low + fraction * (high - low), low, high)
+        return _to_bounds(action, self.low, self.high)
+
+
+def _to_bounds(
+    action: Float[Array, " action_size"],
+    low: Float[Array, "..."],
+    high: Float[Array, "..."],
+) -> Float[Array, "..."]:
+    fraction = 0.5 * (action.reshape(low.shape) + 1.0)
+    return jnp.clip(low + fraction * (high - low), low, high)
+
+
+class MLPDeterministicActor(eqx.Module):
+    """A multi-layer perceptron from a flattened observation to an action in
+    `[-1, 1]` (a `tanh` on its last layer): the deterministic actor of TD3 and DDPG.
+    Weights use Equinox's default initialization (uniform, as PyTorch's).
+
+    **Arguments:**
+
+    - `observation_size`: entries of one (flattened) observation.
+    - `action_size`: entries of one action.
+    - `hidden_sizes`: widths of the hidden layers.
+    - `activation`: activation after each hidden layer (default ReLU).
+    - `key`: a PRNG key for the initial weights.
+
+    !!! example
+
+        ```python
+        actor = eqxrl.nn.MLPDeterministicActor(3, 1, key=jax.random.key(0))
+        action = actor(jnp.zeros(3))  # shape (1,), in [-1, 1]
+        ```
+    """
+
+    layers: list[eqx.nn.Linear]
+    action_size: int = eqx.field(static=True)
+    activation: Callable[[Array], Array] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        observation_size: int,
+        action_size: int,
+        *,
+        hidden_sizes: Sequence[int] = (256, 256),
+        activation: Callable[[Array], Array] = jax.nn.relu,
+        key: PRNGKeyArray,
+    ):
+        _check_sizes(
+            "MLPDeterministicActor",
+            observation_size=observation_size,
+            action_size=action_size,
+            hidden_sizes=tuple(hidden_sizes),
+        )
+        self.layers = _mlp([observation_size, *hidden_sizes, action_size], key)
+        self.action_size = action_size
+        self.activation = activation
+
+    def __call__(
+        self, observation: Float[Array, "..."]
+    ) -> Float[Array, " action_size"]:
+        """The action in `[-1, 1]` at one observation."""
+        features = jnp.ravel(observation).astype(jnp.float32)
+        return jnp.tanh(_forward(self.layers, self.activation, features))
+
+
+class DeterministicPolicy(AbstractPolicy):
+    """A deterministic actor as a policy, its actions mapped linearly from `[-1, 1]`
+    onto the action space's bounds; optionally with the Gaussian exploration noise of
+    training.
+
+    **Arguments:**
+
+    - `actor`: the trained actor.
+    - `low`, `high`: float32 bounds of the `Box` action space (its shape).
+    - `exploration_noise`: standard deviation of the Gaussian noise added to the
+      actor's action (in `[-1, 1]` units, then clipped there) when not
+      `deterministic`.
+    - `deterministic`: act with the actor's action alone.
+    - `observation_statistics`: the statistics the actor's observations were
+      normalized by in training (TD3's `normalize_observations`), so that the
+      policy takes raw observations; `None` (default): none.
+    """
+
+    actor: MLPDeterministicActor
+    low: Float[Array, "..."]
+    high: Float[Array, "..."]
+    exploration_noise: Float[Array, ""]
+    deterministic: bool = eqx.field(static=True, default=True)
+    observation_statistics: RunningMeanStd | None = None
+
+    def __check_init__(self):
+        if self.low.shape != self.high.shape:
+            raise ValueError(
+                f"DeterministicPolicy: low {self.low.shape} and high "
+                f"{self.high.shape} must have the same shape."
+            )
+
+    def __call__(
+        self,
+        observation: Float[Array, "..."],
+        key: PRNGKeyArray,
+        action_mask: Bool[Array, " num_actions"] | None = None,
+    ) -> Float[Array, "..."]:
+        del action_mask  # continuous actions have no mask
+        if self.observation_statistics is not None:
+            observation = self.observation_statistics.normalize(observation)
+        action = self.actor(observation)
+        if not self.deterministic:
+            noise = jr.normal(key, (self.actor.action_size,), jnp.float32)
+            action = jnp.clip(action + self.exploration_noise * noise, -1.0, 1.0)
+        return self.to_bounds(action)
+
+    def to_bounds(self, action: Float[Array, " action_size"]) -> Float[Array, "..."]:
+        """A flat action in `[-1, 1]` mapped linearly onto `[low, high]` (the action
+        space's shape), clipped there against rounding."""
+        return _to_bounds(action, self.low, self.high)
