@@ -229,12 +229,12 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
        `gradient_step` on minibatches drawn and gathered up front.
 
     A subclass declares `gamma`, `learning_rate`, `hidden_sizes`,
-    `normalize_observations` and `reward_scale` (its own defaults), a state with `actor`, `buffer`, `env_state`,
-    `timestep`, `key`, `iteration`, `num_updates` and `observation_statistics`
-    fields, and the class variables `learner_type` (the part of the state that
-    updates change: networks and optimizer states), `update_metric_names` and
-    `noise_draws_per_update`; and it writes its networks, `exploration_action` and
-    `gradient_step`.
+    `normalize_observations` and `reward_scale` (its own defaults), a state with
+    `actor`, `buffer`, `env_state`, `timestep`, `key`, `iteration`, `num_updates`
+    and `observation_statistics` fields, and the class variables `learner_type`
+    (the part of the state that updates change: networks and optimizer states),
+    `update_metric_names` and `noise_draws_per_update`; and it writes its networks,
+    `exploration_action` and `gradient_step`.
     """
 
     learner_type: ClassVar[type[eqx.Module]]
