@@ -1,7 +1,7 @@
-"""PQN: speed against purejaxql's `pqn_gymnax.py`, and wall time to a greedy 475 on
-CartPole against eqxrl's own DQN.
+"""PQN: speed against purejaxql's `pqn_gymnax.py`, wall time to a greedy 475 on
+CartPole against eqxrl's own DQN, and PQN-RNN on gymnax's MemoryChain.
 
-Two parts (`--parts`, default both):
+Three parts (`--parts`, default `speed` and `headline`):
 
 - `speed`: `eqxrl.PQN` at its defaults (purejaxql's `pqn_cartpole` config: 32 envs x
   64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm, lr 1e-4 decayed, lambda
@@ -18,16 +18,29 @@ Two parts (`--parts`, default both):
   evaluate the greedy policy after each chunk (16 episodes, not timed), and report
   the training time until the greedy mean first reaches 475 (or that it did not
   within the run).
+- `memory`: PQN-RNN (`network_factory` a `GRUQNetwork`) at purejaxql's
+  `pqn_rnn_memory_chain` config (`purejaxql/config/alg/pqn_rnn_memory_chain.yaml`:
+  gymnax's `MemoryChain-bsuite` with a memory of 100 steps, 32 envs x 128 steps,
+  100k steps, 4 epochs x 16 minibatches of 2 sequences, lr 1e-3 constant, epsilon 1
+  to 0.01 over the first 10%, lambda 0.95, a 256-unit GRU after 2 x 256 layers),
+  `--seeds` seeds vmapped in one program (`--memory-steps` steps each). The bar: the
+  greedy policy solves the task, a mean return of at least 0.9 over 128 episodes
+  (+1 for recalling the context, -1 otherwise; guessing averages 0), on 3 of 4
+  seeds. Differences from purejaxql's network: no LayerNorm in the MLP and no
+  previous action as input; from its training: no memory window, no random warm-up
+  rollout (see `eqxrl.PQN`). Needs gymnax.
 
 Run (from the repository root):
 
     .venv-peers/bin/python benchmarks/pqn.py --purejaxql /tmp/purejaxql
     .venv/bin/python benchmarks/pqn.py --parts headline --seeds 4
+    .venv/bin/python benchmarks/pqn.py --parts memory --seeds 4
     .venv/bin/python benchmarks/pqn.py --steps 4096 --seeds 1 --headline-steps 8192
         # a quick check (the test suite's)
 """
 
 import argparse
+import functools
 import importlib.util
 import statistics
 import sys
@@ -71,6 +84,8 @@ PURE_JAXQL_CONFIG = {  # purejaxql/config/alg/pqn_cartpole.yaml
     "WANDB_MODE": "disabled",
 }
 GREEDY_BAR = 475.0
+MEMORY_LENGTH = 100  # pqn_rnn_memory_chain.yaml's ENV_KWARGS
+MEMORY_BAR = 0.9
 
 
 def import_purejaxql(folder: Path) -> types.ModuleType:
@@ -211,16 +226,87 @@ def headline(options) -> None:
         print(f"  DQN / PQN median time: {ratio:.1f}x")
 
 
+def memory_chain_pqn(total_timesteps: int) -> eqxrl.PQN:
+    """PQN-RNN at purejaxql's `pqn_rnn_memory_chain` config."""
+    import gymnax
+    from gymnax.environments.bsuite.memory_chain import EnvParams
+
+    gymnax_env, _ = gymnax.make("MemoryChain-bsuite")
+    env = eqxrl.envs.from_gymnax(gymnax_env, EnvParams(memory_length=MEMORY_LENGTH))
+    return eqxrl.PQN(
+        env=env,
+        num_envs=32,
+        num_steps=128,
+        total_timesteps=total_timesteps,
+        num_epochs=4,
+        num_minibatches=16,
+        learning_rate=1e-3,
+        anneal_lr=False,
+        max_grad_norm=10.0,
+        gamma=0.99,
+        q_lambda=0.95,
+        reward_scale=1.0,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.01,
+        exploration_fraction=0.1,
+        network_factory=functools.partial(
+            eqxrl.nn.GRUQNetwork.from_env, hidden_size=256, encoder_sizes=(256, 256)
+        ),
+    )
+
+
+def memory(options) -> None:
+    if importlib.util.find_spec("gymnax") is None:
+        print("\nPQN-RNN MemoryChain: skipped (gymnax is not installed)")
+        return
+    pqn = memory_chain_pqn(options.memory_steps)
+    steps = pqn.num_iterations * pqn.steps_per_iteration
+    print(
+        f"\nPQN-RNN MemoryChain-bsuite (memory {MEMORY_LENGTH}), purejaxql's "
+        f"pqn_rnn_memory_chain config, {steps:,} steps x {options.seeds} seed(s) "
+        "vmapped"
+    )
+    keys = jr.split(jr.key(0), options.seeds)
+    start = time.perf_counter()
+    train = eqx.filter_jit(eqx.filter_vmap(pqn.train)).lower(keys).compile()
+    compile_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    states, _ = train(keys)
+    jax.block_until_ready(eqx.filter(states, eqx.is_array))
+    seconds = time.perf_counter() - start
+    print(
+        f"  compile {compile_seconds:.1f} s, train {seconds:.1f} s "
+        f"({seconds / pqn.num_iterations:.2f} s per iteration of {options.seeds} "
+        "seed(s))"
+    )
+    returns = []
+    for seed in range(options.seeds):
+        state = jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, states)
+        result = evaluate(
+            pqn.policy(state, deterministic=True),
+            pqn.env,
+            jr.key(10_000 + seed),
+            num_episodes=128,
+        )
+        returns.append(float(result.summary()["return_mean"]))
+        print(f"  seed {seed}: greedy mean return {returns[-1]:.3f} (128 episodes)")
+    solved = sum(r >= MEMORY_BAR for r in returns)
+    print(
+        f"  solved (greedy mean >= {MEMORY_BAR}) on {solved} of {options.seeds} seeds"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--parts", nargs="+", choices=("speed", "headline"), default=None
+        "--parts", nargs="+", choices=("speed", "headline", "memory"), default=None
     )
     parser.add_argument("--purejaxql", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--headline-steps", type=int, default=500_000)
+    parser.add_argument("--memory-steps", type=int, default=100_000)
     parser.add_argument(
         "--headline-algorithms",
         nargs="+",
@@ -230,7 +316,7 @@ def main() -> None:
     options = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     for part in options.parts or ("speed", "headline"):
-        {"speed": speed, "headline": headline}[part](options)
+        {"speed": speed, "headline": headline, "memory": memory}[part](options)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ a change leaves them as they were (the same program runs at the same speed).
 
 Covers `train` of PPO on CartPole-v1 (plain; observations and rewards normalized),
 Pendulum-v1 (Gaussian; tanh-squashed with Brax's head), Snake-v0 and GridMaze-v0,
-independent PPO on TreasureHunt-v0 (per-agent and shared parameters), DQN and IQN on
-CartPole-v1, SAC on Pendulum-v1, GRU PPO on StatelessCartPole-v1, MAPPO (feed-forward;
-GRU with per-agent critics), VDN and QMIX (feed-forward; GRU agents) on
-TreasureHunt-v0, and the evaluation program of a PPO policy.
+independent PPO on TreasureHunt-v0 (per-agent and shared parameters), DQN, IQN and
+feed-forward PQN on CartPole-v1, SAC and TD3 on Pendulum-v1, GRU PPO on
+StatelessCartPole-v1, MAPPO (feed-forward; GRU with per-agent critics), VDN and QMIX
+(feed-forward; GRU agents) on TreasureHunt-v0, and the evaluation program of a PPO
+policy.
 Hashes depend on the jax version: compare on one venv.
 """
 
@@ -92,6 +93,10 @@ CONFIGS = {
     "dqn_cartpole": lambda: eqxrl.DQN(env=make("CartPole-v1"), total_timesteps=20_000),
     "iqn_cartpole": lambda: eqxrl.IQN(env=make("CartPole-v1"), total_timesteps=20_000),
     "sac_pendulum": lambda: eqxrl.SAC(env=make("Pendulum-v1"), total_timesteps=20_000),
+    "td3_pendulum": lambda: eqxrl.TD3(env=make("Pendulum-v1"), total_timesteps=20_000),
+    "pqn_cartpole": lambda: eqxrl.PQN(
+        env=make("CartPole-v1"), total_timesteps=2 * 32 * 64
+    ),
     "ppo_gru_stateless_cartpole": lambda: eqxrl.PPO(
         env=make("StatelessCartPole-v1"),
         total_timesteps=TWO_ITERATIONS,

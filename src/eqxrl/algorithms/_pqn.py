@@ -1,10 +1,12 @@
-"""PQN: Q-learning without replay buffer or target network (Gallici et al., 2024)."""
+"""PQN: Q-learning without replay buffer or target network (Gallici et al., 2024), with
+a feed-forward or a recurrent (PQN-RNN) Q-network."""
 
 import math
 from collections.abc import Callable
 
 import equinox as eqx
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
@@ -32,6 +34,8 @@ from ..nn import (
     MLPQNetwork,
     epsilon_greedy_action,
     greedy_action,
+    reset_carry,
+    sequence_batch_hint,
 )
 from ._base import injected_learning_rate
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
@@ -53,6 +57,10 @@ class PQNState(eqx.Module):
     - `key`: the PRNG key of the next iteration.
     - `iteration`: completed iterations (int32), which the exploration schedule
       reads.
+    - `carry`: with a recurrent network (PQN-RNN), each environment's carry as the
+      network returned it at the latest step, `[num_envs, ...]` leaves (reset to
+      the initial carry where `timestep` starts an episode, when the next step
+      reads it), else `None`.
     """
 
     network: AbstractQNetwork
@@ -61,6 +69,7 @@ class PQNState(eqx.Module):
     timestep: TimeStep
     key: PRNGKeyArray
     iteration: Int[Array, ""]
+    carry: PyTree[Array] | None = None
 
 
 class PQNRollout(eqx.Module):
@@ -75,8 +84,12 @@ class PQNRollout(eqx.Module):
     - `reward`, `terminated`, `truncated`: what the step returned.
     - `value`: the greedy (valid) value `max_a Q(observation, a)` when acting.
     - `truncation_value`: where the step truncated an episode, the greedy value of
-      the episode's final observation (zero elsewhere).
+      the episode's final observation (zero elsewhere; a recurrent network reads
+      it with the carry of the episode's steps before it).
     - `extras`: the episode statistics (`episode_return`, `episode_length`).
+    - `episode_start`: with a recurrent network, whether `observation` is the
+      first of an episode (the network read it with its initial carry), else
+      `None`.
     """
 
     observation: PyTree[Array]
@@ -88,6 +101,7 @@ class PQNRollout(eqx.Module):
     value: Float[Array, "*batch"]
     truncation_value: Float[Array, "*batch"]
     extras: dict[str, Array]
+    episode_start: Bool[Array, "*batch"] | None = None
 
 
 def greedy_value(
@@ -121,6 +135,24 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     0.1, gamma 0.99, lambda 0.95, epsilon from 1 to 0.2 over the first 20% of the
     iterations. Sweepable numbers are float32 array leaves.
 
+    **PQN-RNN.** With a recurrent network (`network_factory=
+    eqxrl.nn.GRUQNetwork.from_env`, or any
+    [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork]) it is the
+    recurrent PQN of purejaxql's `pqn_rnn_gymnax.py`. The state keeps each
+    environment's carry, which the rollout steps and resets to `initial_carry()`
+    where an episode starts; the rollout keeps those episode starts and the
+    learner the carries it started from. Minibatches are whole environments'
+    sequences (`num_minibatches` must divide `num_envs`), unrolled from those
+    carries. As purejaxql does, every gradient step recomputes the Q(lambda)
+    targets from the minibatch's unrolled Q-values (gradients stopped), not from
+    the values seen while acting. Two differences: the last step bootstraps from
+    the observation after the rollout, unrolled as one more step (purejaxql
+    leaves the last step out of the loss), and a truncated step from the greedy
+    value of its final observation as the rollout saw it (gymnax ends both alike).
+    Not reproduced: purejaxql's "memory window" (the previous rollout's last steps
+    prepended to the sequences), its random-action warm-up rollout, and the
+    previous action as a network input.
+
     **Arguments:**
 
     - `env`: the environment (a `Discrete` action space), without `AutoReset`.
@@ -129,7 +161,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     - `total_timesteps`: environment steps of a run (`num_iterations` iterations of
       `num_envs * num_steps`).
     - `num_epochs`, `num_minibatches`: passes over the rollout and minibatches per
-      pass (`num_minibatches` must divide `num_envs * num_steps`).
+      pass (`num_minibatches` must divide `num_envs * num_steps`; with a recurrent
+      network, whose minibatches are whole sequences, `num_envs`).
     - `learning_rate`, `anneal_lr`: the step size and whether it decays linearly
       to zero over the run.
     - `max_grad_norm`: global-norm gradient clipping.
@@ -144,7 +177,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
       ([`MLPQNetwork`][eqxrl.nn.MLPQNetwork]; non-`Box` observations go through
       an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder], images through its
       CNN).
-    - `network_factory`: optional `factory(env, key) -> AbstractQNetwork` instead.
+    - `network_factory`: optional `factory(env, key) -> AbstractQNetwork` instead;
+      a recurrent one (e.g. `eqxrl.nn.GRUQNetwork.from_env`) makes it PQN-RNN.
 
     !!! example
 
@@ -152,6 +186,16 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"))
         state, metrics = pqn.train(jax.random.key(0))
         action = pqn.policy(state, deterministic=True)(observation, key)
+
+        # PQN-RNN: a GRU Q-network on CartPole without velocities.
+        pqn_rnn = eqxrl.PQN(
+            env=eqxrl.envs.make("StatelessCartPole-v1"),
+            network_factory=eqxrl.nn.GRUQNetwork.from_env,
+        )
+        state, metrics = pqn_rnn.train(jax.random.key(0))
+        result = eqxrl.training.evaluate(  # acts with its carry
+            pqn_rnn.policy(state, deterministic=True), pqn_rnn.env, key
+        )
         ```
     """
 
@@ -204,12 +248,6 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
                 f"iteration of num_envs * num_steps = {self.steps_per_iteration} "
                 "steps."
             )
-        if self.steps_per_iteration % self.num_minibatches:
-            raise ValueError(
-                f"PQN: num_minibatches={self.num_minibatches} must divide the "
-                f"{self.steps_per_iteration} steps of an iteration (num_envs * "
-                "num_steps)."
-            )
         if not isinstance(self.env.action_space, Discrete):
             raise ValueError(
                 "PQN: needs a Discrete action space, got "
@@ -217,8 +255,26 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             )
         refuse_auto_reset("PQN", self.env)
         check_q_network(
-            "PQN", self.env, self.make_network, self.network_factory, quantiles=False
+            "PQN",
+            self.env,
+            self.make_network,
+            self.network_factory,
+            quantiles=False,
+            recurrent_allowed=True,
         )
+        network = eqx.filter_eval_shape(self.make_network, jr.key(0))  # no weights
+        if network.is_recurrent and self.num_envs % self.num_minibatches:
+            raise ValueError(
+                "PQN: a recurrent network learns from whole sequences, in "
+                f"minibatches of environments: num_minibatches={self.num_minibatches}"
+                f" must divide num_envs={self.num_envs}."
+            )
+        if self.steps_per_iteration % self.num_minibatches:
+            raise ValueError(
+                f"PQN: num_minibatches={self.num_minibatches} must divide the "
+                f"{self.steps_per_iteration} steps of an iteration (num_envs * "
+                "num_steps)."
+            )
 
     # ------------------------------------------------------------------ config
     @property
@@ -227,8 +283,9 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         return AutoReset(EpisodeStatistics(self.env))
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
-        """The initial Q-network: `network_factory(env, key)`, or an `MLPQNetwork`
-        of `hidden_sizes` (ReLU, LayerNorm with `layer_norm`)."""
+        """The initial Q-network: `network_factory(env, key)` (recurrent or not),
+        or an `MLPQNetwork` of `hidden_sizes` (ReLU, LayerNorm with
+        `layer_norm`)."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
         encoder, observation_size = default_encoder(self.env.observation_space, key)
@@ -278,6 +335,12 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         env_state, timestep = jax.vmap(self.training_env.reset)(
             jr.split(reset_key, self.num_envs)
         )
+        carry = None
+        if network.is_recurrent:
+            carry = jtu.tree_map(
+                lambda x: jnp.broadcast_to(x, (self.num_envs, *x.shape)),
+                network.initial_carry(),  # pyright: ignore[reportAttributeAccessIssue]
+            )
         return PQNState(
             network=network,
             optimizer_state=optimizer_state,
@@ -285,20 +348,37 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             timestep=timestep,
             key=state_key,
             iteration=jnp.int32(0),
+            carry=carry,
         )
+
+    def environment_axes(self, state: PQNState) -> PyTree[int]:
+        """Environments come first in the environment states, the timesteps and a
+        recurrent network's carries."""
+        axes = super().environment_axes(state)
+        if state.carry is not None:
+            axes = eqx.tree_at(
+                lambda tree: tree.carry,
+                axes,
+                jtu.tree_map(lambda _: 0, state.carry),
+            )
+        return axes
 
     def policy(
         self, state: PQNState, deterministic: bool = False
     ) -> EpsilonGreedyPolicy:
         """The epsilon-greedy policy of the current exploration rate (greedy with
-        `deterministic`)."""
+        `deterministic`). With a recurrent network, act with its `step` from
+        `initial_carry()` at each episode's start, as
+        [`evaluate`][eqxrl.training.evaluate] does."""
         epsilon = 0.0 if deterministic else self.epsilon(state.iteration)
         return EpsilonGreedyPolicy(state.network, epsilon)
 
     # ------------------------------------------------------------------ iteration
     def train_iteration(self, state: PQNState) -> tuple[PQNState, dict[str, Array]]:
         """One rollout of `num_steps` x `num_envs` steps, its Q(lambda) targets, then
-        `num_epochs` x `num_minibatches` gradient steps.
+        `num_epochs` x `num_minibatches` gradient steps (with a recurrent network,
+        on whole environments' sequences, the targets recomputed by each; see the
+        class docstring).
 
         **Returns:**
 
@@ -309,22 +389,35 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         """
         key, collect_key, update_key = split(state.key, 3)
         epsilon = self.epsilon(state.iteration)
-        env_state, timestep, rollout = self._collect(state, epsilon, collect_key)
-        last_value = self._greedy_values(state.network, timestep)
-        next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
-        next_values = jnp.where(
-            rollout.truncated, rollout.truncation_value, next_values
-        )
-        targets = compute_q_lambda_returns(
-            rollout.reward * self.reward_scale,
-            next_values,
-            rollout.terminated,
-            rollout.truncated,
-            self.gamma,
-            self.q_lambda,
-        )
+        env_state, timestep, carry, rollout = self._collect(state, epsilon, collect_key)
+        if state.carry is None:
+            last_value = self._greedy_values(state.network, timestep)
+            next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
+            next_values = jnp.where(
+                rollout.truncated, rollout.truncation_value, next_values
+            )
+            targets = compute_q_lambda_returns(
+                rollout.reward * self.reward_scale,
+                next_values,
+                rollout.terminated,
+                rollout.truncated,
+                self.gamma,
+                self.q_lambda,
+            )
+            rows = jtu.tree_map(
+                lambda x: x.reshape(self.steps_per_iteration, *x.shape[2:]),
+                (rollout.observation, rollout.action, targets),
+            )
+            loss = self.loss
+        else:
+            # PQN-RNN: rows are environments, each with its whole sequence read
+            # from the carry the rollout started with; the last step bootstraps
+            # from the observation after the rollout.
+            sequences = jtu.tree_map(lambda x: jnp.swapaxes(x, 0, 1), rollout)
+            rows = (state.carry, sequences, timestep)
+            loss = self.sequence_loss
         network, optimizer_state, statistics = self._learn(
-            state.network, state.optimizer_state, rollout, targets, update_key
+            state.network, state.optimizer_state, loss, rows, update_key
         )
         metrics = ended_episode_metrics(
             rollout.terminated | rollout.truncated,
@@ -341,6 +434,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             timestep=timestep,
             key=key,
             iteration=state.iteration + 1,
+            carry=carry,
         )
         return state, metrics
 
@@ -354,10 +448,14 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
 
     def _collect(
         self, state: PQNState, epsilon: Float[Array, ""], key: PRNGKeyArray
-    ) -> tuple[PyTree, TimeStep, PQNRollout]:
+    ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNRollout]:
         """`num_steps` epsilon-greedy steps of every environment: the
-        environments' states and timesteps after them, and the rollout."""
+        environments' states, timesteps and (recurrent network) carries after
+        them, and the rollout. A recurrent network's carry flows from step to
+        step, reset where an episode starts; a truncated episode's final
+        observation is valued with the carry of the episode's steps before it."""
         network = state.network
+        recurrent = state.carry is not None
 
         def q_values(observation: PyTree[Array]) -> Float[Array, " num_actions"]:
             return network.q_values(observation, jr.key(0))  # not sampled
@@ -370,15 +468,45 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
 
         env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
 
+        def step_recurrent_environment(env_state, action, key, network_carry):
+            def truncation_value(final: TimeStep) -> Float[Array, ""]:
+                # As above, with the carry after the episode's last step read.
+                _, values = network.step(network_carry, final.observation)  # pyright: ignore[reportAttributeAccessIssue]
+                return greedy_value(values, final.action_mask)
+
+            env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
+            return env.step(env_state, action, key)
+
         def step(carry, step_key):
-            env_state, timestep = carry
+            env_state, timestep, network_carry = carry
             keys = split(step_key, (self.num_envs, 2))
-            values = jax.vmap(q_values)(timestep.observation)
+            episode_start = None
+            if recurrent:
+                # A timestep that ended an episode shows the next one's first
+                # observation (AutoReset): it is read with the initial carry.
+                episode_start = timestep.terminated | timestep.truncated
+                network_carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
+                    network_carry,
+                    network.initial_carry(),  # pyright: ignore[reportAttributeAccessIssue]
+                    episode_start,
+                )
+                network_carry, values = jax.vmap(network.step)(  # pyright: ignore[reportAttributeAccessIssue]
+                    network_carry, timestep.observation
+                )
+            else:
+                values = jax.vmap(q_values)(timestep.observation)
             uniform = jax.vmap(lambda k: random_uniform(k, ()))(keys[:, 0])
             action = jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0))(
                 values, uniform, epsilon, timestep.action_mask
             )
-            env_state, next_timestep = jax.vmap(env.step)(env_state, action, keys[:, 1])
+            if recurrent:
+                env_state, next_timestep = jax.vmap(step_recurrent_environment)(
+                    env_state, action, keys[:, 1], network_carry
+                )
+            else:
+                env_state, next_timestep = jax.vmap(env.step)(
+                    env_state, action, keys[:, 1]
+                )
             extras = dict(next_timestep.extras)
             rollout = PQNRollout(
                 observation=timestep.observation,
@@ -393,16 +521,19 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
                     "episode_return": extras["episode_return"],
                     "episode_length": extras["episode_length"],
                 },
+                episode_start=episode_start,
             )
             next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
-            return (env_state, next_timestep), rollout
+            return (env_state, next_timestep, network_carry), rollout
 
         # Epsilon-greedy actions are valid actions: the environment need not check.
         with skip_action_checks():
-            (env_state, timestep), rollout = filter_scan(
-                step, (state.env_state, state.timestep), split(key, self.num_steps)
+            (env_state, timestep, carry), rollout = filter_scan(
+                step,
+                (state.env_state, state.timestep, state.carry),
+                split(key, self.num_steps),
             )
-        return env_state, timestep, rollout
+        return env_state, timestep, carry, rollout
 
     def loss(
         self,
@@ -418,36 +549,104 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         loss = 0.5 * jnp.mean(jnp.square(taken - target))
         return loss, {"td_loss": loss, "q_value": jnp.mean(taken)}
 
+    def sequence_loss(
+        self,
+        network: AbstractQNetwork,
+        carry: PyTree[Array],
+        sequences: PQNRollout,
+        next_timestep: TimeStep,
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """PQN-RNN's loss on a minibatch of whole sequences: `0.5 * mean((Q(s, a) -
+        target)^2)` over their steps, and the mean `Q(s, a)` (`q_value`).
+
+        Each sequence is unrolled from its carry, reset where an episode starts,
+        one step past its end (the observation after the rollout). As purejaxql's
+        `pqn_rnn_gymnax.py`, the Q(lambda) targets
+        ([`compute_q_lambda_returns`][eqxrl.algorithms.compute_q_lambda_returns])
+        come from these unrolled Q-values, gradients stopped: the greedy value of
+        the next step's observation, or where a step truncated an episode the
+        greedy value of its final observation stored by the rollout.
+
+        **Arguments:**
+
+        - `network`: the recurrent Q-network.
+        - `carry`: the carry each sequence's first observation was read with
+          (before any reset), `[n, ...]` leaves.
+        - `sequences`: a rollout's steps, environments first (`[n, num_steps,
+          ...]` leaves), with `episode_start`.
+        - `next_timestep`: each environment's timestep after the rollout (`[n,
+          ...]` leaves), whose greedy value the last step bootstraps from.
+        """
+
+        def with_next(sequence: Array, after: Array) -> Array:
+            return jnp.concatenate([sequence, after[:, None]], axis=1)
+
+        observations = jtu.tree_map(
+            with_next, sequences.observation, next_timestep.observation
+        )
+        episode_start = with_next(
+            sequences.episode_start,  # pyright: ignore[reportArgumentType]
+            next_timestep.terminated | next_timestep.truncated,
+        )
+        action_mask = jtu.tree_map(
+            with_next, sequences.action_mask, next_timestep.action_mask
+        )
+        _, q_values = jax.vmap(network.unroll)(carry, observations, episode_start)  # pyright: ignore[reportAttributeAccessIssue]
+        greedy = jax.vmap(jax.vmap(greedy_value))(
+            lax.stop_gradient(q_values), action_mask
+        )
+        next_values = jnp.where(
+            sequences.truncated, sequences.truncation_value, greedy[:, 1:]
+        )
+        # compute_q_lambda_returns runs over time first.
+        targets = compute_q_lambda_returns(
+            (sequences.reward * self.reward_scale).T,
+            next_values.T,
+            sequences.terminated.T,
+            sequences.truncated.T,
+            self.gamma,
+            self.q_lambda,
+        ).T
+        taken = jnp.take_along_axis(
+            q_values[:, :-1], sequences.action[..., None], axis=-1
+        )[..., 0]
+        loss = 0.5 * jnp.mean(jnp.square(taken - targets))
+        return loss, {"td_loss": loss, "q_value": jnp.mean(taken)}
+
     def _learn(
         self,
         network: AbstractQNetwork,
         optimizer_state: PyTree,
-        rollout: PQNRollout,
-        targets: Float[Array, "num_steps num_envs"],
+        loss: Callable[..., tuple[Float[Array, ""], dict[str, Array]]],
+        rows: PyTree[Array],
         key: PRNGKeyArray,
     ) -> tuple[AbstractQNetwork, PyTree, dict[str, Array]]:
-        """`num_epochs` passes of `num_minibatches` shuffled minibatches over the
-        rollout's steps, one gradient step each."""
-        rows = self.steps_per_iteration
-        flat = jtu.tree_map(
-            lambda x: x.reshape(rows, *x.shape[2:]),
-            (rollout.observation, rollout.action, targets),
-        )
+        """`num_epochs` passes of `num_minibatches` shuffled minibatches of `rows`,
+        one gradient step of `loss(network, *minibatch)` each. Rows are the
+        rollout's steps, or with a recurrent network whole environments'
+        sequences (every leaf of `rows` has them on its leading axis)."""
+        num_rows = jtu.tree_leaves(rows)[0].shape[0]
+        minibatch_rows = num_rows // self.num_minibatches
         optimizer = self.make_optimizer()
-        grad_fn = eqx.filter_grad(self.loss, has_aux=True)
+        grad_fn = eqx.filter_grad(loss, has_aux=True)
+        recurrent = network.is_recurrent
 
         def minibatch_update(carry, indices):
             network, optimizer_state = carry
-            observation, action, target = jtu.tree_map(lambda x: x[indices], flat)
-            grads, statistics = grad_fn(network, observation, action, target)
+            minibatch = jtu.tree_map(lambda x: x[indices], rows)
+            if recurrent:
+                with sequence_batch_hint(minibatch_rows):
+                    grads, statistics = grad_fn(network, *minibatch)
+            else:
+                grads, statistics = grad_fn(network, *minibatch)
             updates, optimizer_state = optimizer.update(
                 grads, optimizer_state, eqx.filter(network, eqx.is_array)
             )
             return (eqx.apply_updates(network, updates), optimizer_state), statistics
 
         def epoch(carry, epoch_key):
-            indices = random_permutation(epoch_key, rows).reshape(
-                self.num_minibatches, self.minibatch_size
+            indices = random_permutation(epoch_key, num_rows).reshape(
+                self.num_minibatches, minibatch_rows
             )
             return filter_scan(minibatch_update, carry, indices)
 
