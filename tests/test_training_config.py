@@ -84,8 +84,8 @@ def test_unserializable_fields_are_reported(cartpole):
 
 def test_bad_configs_are_refused(cartpole):
     config = algorithm_to_config(eqxrl.PPO(env=cartpole))
-    with pytest.raises(ValueError, match="Unknown algorithm 'td3'"):
-        algorithm_from_config({**config, "algorithm": "td3"})
+    with pytest.raises(ValueError, match="Unknown algorithm 'a2c'"):
+        algorithm_from_config({**config, "algorithm": "a2c"})
     broken = {**config, "fields": {**config["fields"], "gama": 0.9}}
     with pytest.raises(ValueError, match=r"fields \['gama'\]"):
         algorithm_from_config(broken)
