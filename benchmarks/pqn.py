@@ -1,7 +1,8 @@
 """PQN: speed against purejaxql's `pqn_gymnax.py`, wall time to a greedy 475 on
-CartPole against eqxrl's own DQN, and PQN-RNN on gymnax's MemoryChain.
+CartPole against eqxrl's own DQN, PQN-RNN on gymnax's MemoryChain, and MinAtar
+Breakout against purejaxql's `pqn_minatar.py`.
 
-Three parts (`--parts`, default `speed` and `headline`):
+Four parts (`--parts`, default `speed` and `headline`):
 
 - `speed`: `eqxrl.PQN` at its defaults (purejaxql's `pqn_cartpole` config: 32 envs x
   64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm, lr 1e-4 decayed, lambda
@@ -18,23 +19,41 @@ Three parts (`--parts`, default `speed` and `headline`):
   evaluate the greedy policy after each chunk (16 episodes, not timed), and report
   the training time until the greedy mean first reaches 475 (or that it did not
   within the run).
-- `memory`: PQN-RNN (`network_factory` a `GRUQNetwork`) at purejaxql's
-  `pqn_rnn_memory_chain` config (`purejaxql/config/alg/pqn_rnn_memory_chain.yaml`:
-  gymnax's `MemoryChain-bsuite` with a memory of 100 steps, 32 envs x 128 steps,
-  100k steps, 4 epochs x 16 minibatches of 2 sequences, lr 1e-3 constant, epsilon 1
-  to 0.01 over the first 10%, lambda 0.95, a 256-unit GRU after 2 x 256 layers),
-  `--seeds` seeds vmapped in one program (`--memory-steps` steps each). The bar: the
-  greedy policy solves the task, a mean return of at least 0.9 over 128 episodes
-  (+1 for recalling the context, -1 otherwise; guessing averages 0), on 3 of 4
-  seeds. Differences from purejaxql's network: no LayerNorm in the MLP and no
-  previous action as input; from its training: no memory window, no random warm-up
-  rollout (see `eqxrl.PQN`). Needs gymnax.
+- `memory`: PQN-RNN (`gru_size=256`) at purejaxql's `pqn_rnn_memory_chain` config
+  (`purejaxql/config/alg/pqn_rnn_memory_chain.yaml`: gymnax's `MemoryChain-bsuite`
+  with a memory of 100 steps, 32 envs x 128 steps, 100k steps, 4 epochs x 16
+  minibatches of 2 sequences, lr 1e-3 constant, epsilon 1 to 0.01 over the first
+  10%, lambda 0.95, a 256-unit GRU after 2 x 256 LayerNorm layers),
+  `--seeds` seeds vmapped in one program (`--memory-steps` steps each;
+  `--memory-no-layer-norm` drops the LayerNorm). The bar: the greedy policy solves
+  the task, a mean return of at least 0.9 over 128 episodes (+1 for recalling the
+  context, -1 otherwise; guessing averages 0), on 3 of 4 seeds. Differences from
+  purejaxql's network: no previous action as input; from its training: no memory
+  window, no random warm-up rollout (see `eqxrl.PQN`). Needs gymnax.
+- `minatar`: PQN at purejaxql's `pqn_minatar` config (its
+  `purejaxql/config/alg/pqn_minatar.yaml`, with `Breakout-MinAtar` for the yaml's
+  Asterix: 128 envs x 32 steps, 2 epochs x 32 minibatches, lr 5e-4 decayed, gradient
+  norm 10, epsilon 1 to 0.05 over the first 10%, gamma 0.99, lambda 0.65, rewards
+  unscaled, the LayerNorm CNN `eqxrl.nn.CNNQNetwork` on boards divided by 255 as
+  purejaxql's) through `eqxrl.envs.from_gymnax`, against `make_train` from
+  purejaxql's `pqn_minatar.py` (in `--purejaxql FOLDER`, unmodified). Both sides
+  decay their learning rate and epsilon over the run's own steps (purejaxql's
+  `TOTAL_TIMESTEPS_DECAY` set to the run's steps). Speed: `--minatar-speed-steps`
+  steps each, alternating for `--pairs` rounds, compile apart (0 skips it).
+  Learning: `--minatar-steps` steps x `--seeds` seeds vmapped in one program per
+  side (`--minatar-sides`, default both), one side after the other; the figure is
+  each seed's mean return of the training episodes over the last 10% of the
+  iterations (eqxrl's `episode_return` metric; purejaxql's logged
+  `returned_episode_returns`), and eqxrl's greedy return over 32 episodes. gymnax's
+  version decides the environment's code: run both sides in the peers venv (gymnax
+  0.0.9). Needs gymnax.
 
 Run (from the repository root):
 
     .venv-peers/bin/python benchmarks/pqn.py --purejaxql /tmp/purejaxql
     .venv/bin/python benchmarks/pqn.py --parts headline --seeds 4
     .venv/bin/python benchmarks/pqn.py --parts memory --seeds 4
+    .venv-peers/bin/python benchmarks/pqn.py --parts minatar --purejaxql /tmp/purejaxql
     .venv/bin/python benchmarks/pqn.py --steps 4096 --seeds 1 --headline-steps 8192
         # a quick check (the test suite's)
 """
@@ -83,20 +102,41 @@ PURE_JAXQL_CONFIG = {  # purejaxql/config/alg/pqn_cartpole.yaml
     "TEST_DURING_TRAINING": False,
     "WANDB_MODE": "disabled",
 }
+MINATAR_ENV = "Breakout-MinAtar"
+PURE_JAXQL_MINATAR_CONFIG = {  # purejaxql/config/alg/pqn_minatar.yaml
+    "ALG_NAME": "pqn",
+    "NUM_ENVS": 128,
+    "NUM_STEPS": 32,
+    "EPS_START": 1.0,
+    "EPS_FINISH": 0.05,
+    "EPS_DECAY": 0.1,
+    "NUM_MINIBATCHES": 32,
+    "NUM_EPOCHS": 2,
+    "NORM_TYPE": "layer_norm",
+    "LR": 0.0005,
+    "MAX_GRAD_NORM": 10,
+    "LR_LINEAR_DECAY": True,
+    "GAMMA": 0.99,
+    "LAMBDA": 0.65,
+    "ENV_NAME": MINATAR_ENV,  # the yaml's example is Asterix; the issue's Breakout
+    "ENV_KWARGS": {},
+    "TEST_DURING_TRAINING": False,
+    "WANDB_MODE": "disabled",
+}
 GREEDY_BAR = 475.0
 MEMORY_LENGTH = 100  # pqn_rnn_memory_chain.yaml's ENV_KWARGS
 MEMORY_BAR = 0.9
 
 
-def import_purejaxql(folder: Path) -> types.ModuleType:
-    """purejaxql's `pqn_gymnax.py` from `folder`, its unused imports stubbed."""
-    path = folder / "pqn_gymnax.py"
+def import_purejaxql(folder: Path, name: str = "pqn_gymnax") -> types.ModuleType:
+    """purejaxql's `{name}.py` from `folder`, its unused imports stubbed."""
+    path = folder / f"{name}.py"
     if not path.exists():
         raise SystemExit(f"--purejaxql: {path} is missing.")
     stubs = {}
-    for name in ("hydra", "omegaconf", "safetensors", "safetensors.flax", "wandb"):
-        if importlib.util.find_spec(name.split(".")[0]) is None:
-            stubs[name] = types.ModuleType(name)
+    for stub in ("hydra", "omegaconf", "safetensors", "safetensors.flax", "wandb"):
+        if importlib.util.find_spec(stub.split(".")[0]) is None:
+            stubs[stub] = types.ModuleType(stub)
     if "omegaconf" in stubs:
         stubs["omegaconf"].OmegaConf = None
     if "safetensors.flax" in stubs:
@@ -106,14 +146,14 @@ def import_purejaxql(folder: Path) -> types.ModuleType:
         stubs["hydra"].main = lambda **_: lambda function: function
     sys.modules.update(stubs)
     try:
-        spec = importlib.util.spec_from_file_location("purejaxql_pqn_gymnax", path)
+        spec = importlib.util.spec_from_file_location(f"purejaxql_{name}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
-        for name in stubs:
-            sys.modules.pop(name, None)
+        for stub in stubs:
+            sys.modules.pop(stub, None)
     if stubs:
-        print(f"  (stubbed {sorted(stubs)} to import pqn_gymnax.py)")
+        print(f"  (stubbed {sorted(stubs)} to import {name}.py)")
     return module
 
 
@@ -123,29 +163,15 @@ def timed(function, *args) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def speed(options) -> None:
-    pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"), total_timesteps=options.steps)
-    steps = pqn.num_iterations * pqn.steps_per_iteration
-    print(f"\nPQN CartPole, purejaxql's pqn_cartpole config, {steps:,} steps")
-    start = time.perf_counter()
-    ours = eqx.filter_jit(lambda key: pqn.train(key)).lower(jr.key(0)).compile()
-    our_compile = time.perf_counter() - start
-    if options.purejaxql is None:
-        print("  purejaxql: skipped (no --purejaxql FOLDER)")
-        seconds, _ = timed(ours, jr.key(1))
-        print(f"  eqxrl: compile {our_compile:.1f} s, {steps / seconds:,.0f} steps/s")
-        return
-    module = import_purejaxql(options.purejaxql)
-    config = {**PURE_JAXQL_CONFIG, "TOTAL_TIMESTEPS": steps}
-    config["TOTAL_TIMESTEPS_DECAY"] = steps
-    train = module.make_train(dict(config))
-    start = time.perf_counter()
-    peer = jax.jit(train).lower(jr.PRNGKey(0)).compile()
-    peer_compile = time.perf_counter() - start
+def compare_alternating(
+    ours, peer, steps: int, pairs: int, our_compile: float, peer_compile: float
+) -> None:
+    """Times two compiled `train(key)` programs of `steps` steps after a warm-up,
+    `pairs` rounds alternating which goes first, and prints the ratios."""
     timed(ours, jr.key(0))  # warm-ups
     timed(peer, jr.PRNGKey(0))
     ratios, our_rates, peer_rates = [], [], []
-    for round_index in range(options.pairs):
+    for round_index in range(pairs):
         seed = round_index + 1
         sides = ["ours", "peer"] if round_index % 2 == 0 else ["peer", "ours"]
         for side in sides:
@@ -167,6 +193,28 @@ def speed(options) -> None:
         f", purejaxql {statistics.median(peer_rates):,.0f}; compile s eqxrl "
         f"{our_compile:.1f}, purejaxql {peer_compile:.1f}"
     )
+
+
+def speed(options) -> None:
+    pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"), total_timesteps=options.steps)
+    steps = pqn.num_iterations * pqn.steps_per_iteration
+    print(f"\nPQN CartPole, purejaxql's pqn_cartpole config, {steps:,} steps")
+    start = time.perf_counter()
+    ours = eqx.filter_jit(lambda key: pqn.train(key)).lower(jr.key(0)).compile()
+    our_compile = time.perf_counter() - start
+    if options.purejaxql is None:
+        print("  purejaxql: skipped (no --purejaxql FOLDER)")
+        seconds, _ = timed(ours, jr.key(1))
+        print(f"  eqxrl: compile {our_compile:.1f} s, {steps / seconds:,.0f} steps/s")
+        return
+    module = import_purejaxql(options.purejaxql)
+    config = {**PURE_JAXQL_CONFIG, "TOTAL_TIMESTEPS": steps}
+    config["TOTAL_TIMESTEPS_DECAY"] = steps
+    train = module.make_train(dict(config))
+    start = time.perf_counter()
+    peer = jax.jit(train).lower(jr.PRNGKey(0)).compile()
+    peer_compile = time.perf_counter() - start
+    compare_alternating(ours, peer, steps, options.pairs, our_compile, peer_compile)
 
 
 def time_to_greedy(algorithm, seed: int) -> tuple[float | None, int, float]:
@@ -226,7 +274,7 @@ def headline(options) -> None:
         print(f"  DQN / PQN median time: {ratio:.1f}x")
 
 
-def memory_chain_pqn(total_timesteps: int) -> eqxrl.PQN:
+def memory_chain_pqn(total_timesteps: int, layer_norm: bool = True) -> eqxrl.PQN:
     """PQN-RNN at purejaxql's `pqn_rnn_memory_chain` config."""
     import gymnax
     from gymnax.environments.bsuite.memory_chain import EnvParams
@@ -249,9 +297,9 @@ def memory_chain_pqn(total_timesteps: int) -> eqxrl.PQN:
         exploration_initial_eps=1.0,
         exploration_final_eps=0.01,
         exploration_fraction=0.1,
-        network_factory=functools.partial(
-            eqxrl.nn.GRUQNetwork.from_env, hidden_size=256, encoder_sizes=(256, 256)
-        ),
+        hidden_sizes=(256, 256),
+        layer_norm=layer_norm,
+        gru_size=256,
     )
 
 
@@ -259,7 +307,7 @@ def memory(options) -> None:
     if importlib.util.find_spec("gymnax") is None:
         print("\nPQN-RNN MemoryChain: skipped (gymnax is not installed)")
         return
-    pqn = memory_chain_pqn(options.memory_steps)
+    pqn = memory_chain_pqn(options.memory_steps, not options.memory_no_layer_norm)
     steps = pqn.num_iterations * pqn.steps_per_iteration
     print(
         f"\nPQN-RNN MemoryChain-bsuite (memory {MEMORY_LENGTH}), purejaxql's "
@@ -296,10 +344,145 @@ def memory(options) -> None:
     )
 
 
+def minatar_pqn(total_timesteps: int) -> eqxrl.PQN:
+    """PQN at purejaxql's `pqn_minatar` config on gymnax's `Breakout-MinAtar`, its
+    schedules spread over `total_timesteps`."""
+    import gymnax
+
+    gymnax_env, params = gymnax.make(MINATAR_ENV)
+    return eqxrl.PQN(
+        env=eqxrl.envs.from_gymnax(gymnax_env, params),
+        num_envs=128,
+        num_steps=32,
+        total_timesteps=total_timesteps,
+        num_epochs=2,
+        num_minibatches=32,
+        learning_rate=5e-4,
+        anneal_lr=True,
+        max_grad_norm=10.0,
+        gamma=0.99,
+        q_lambda=0.65,
+        reward_scale=1.0,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.05,
+        exploration_fraction=0.1,
+        # purejaxql's network divides the 0/1 boards by 255 before its LayerNorm CNN.
+        network_factory=functools.partial(
+            eqxrl.nn.CNNQNetwork.from_env, observation_scale=1 / 255
+        ),
+    )
+
+
+def purejaxql_minatar_train(module: types.ModuleType, steps: int):
+    config = {**PURE_JAXQL_MINATAR_CONFIG, "TOTAL_TIMESTEPS": steps}
+    config["TOTAL_TIMESTEPS_DECAY"] = steps
+    return module.make_train(dict(config))
+
+
+def last_tenth(values: np.ndarray) -> float:
+    """The mean over the last 10% of a run's iterations (NaN entries, iterations
+    where no episode ended, left out)."""
+    values = np.asarray(values, np.float64)
+    return float(np.nanmean(values[-max(1, len(values) // 10) :]))
+
+
+def minatar(options) -> None:
+    if importlib.util.find_spec("gymnax") is None:
+        print("\nPQN MinAtar Breakout: skipped (gymnax is not installed)")
+        return
+    module = (
+        None
+        if options.purejaxql is None
+        else import_purejaxql(options.purejaxql, "pqn_minatar")
+    )
+    if options.minatar_speed_steps > 0:
+        minatar_speed(options, module)
+    if options.minatar_steps > 0:
+        minatar_learning(options, module)
+
+
+def minatar_speed(options, module: types.ModuleType | None) -> None:
+    """One seed each, alternating, compile apart."""
+    pqn = minatar_pqn(options.minatar_speed_steps)
+    steps = pqn.num_iterations * pqn.steps_per_iteration
+    print(
+        f"\nPQN {MINATAR_ENV}, purejaxql's pqn_minatar config, speed over "
+        f"{steps:,} steps"
+    )
+    start = time.perf_counter()
+    ours = eqx.filter_jit(lambda key: pqn.train(key)).lower(jr.key(0)).compile()
+    our_compile = time.perf_counter() - start
+    if module is None:
+        print("  purejaxql: skipped (no --purejaxql FOLDER)")
+        seconds, _ = timed(ours, jr.key(1))
+        print(f"  eqxrl: compile {our_compile:.1f} s, {steps / seconds:,.0f} steps/s")
+    else:
+        start = time.perf_counter()
+        peer = (
+            jax.jit(purejaxql_minatar_train(module, steps))
+            .lower(jr.PRNGKey(0))
+            .compile()
+        )
+        peer_compile = time.perf_counter() - start
+        compare_alternating(ours, peer, steps, options.pairs, our_compile, peer_compile)
+
+
+def minatar_learning(options, module: types.ModuleType | None) -> None:
+    """`--seeds` seeds vmapped in one program per side, one side after the
+    other; the return of the training episodes over the last 10%."""
+    pqn = minatar_pqn(options.minatar_steps)
+    steps = pqn.num_iterations * pqn.steps_per_iteration
+    keys = jr.split(jr.key(0), options.seeds)
+    print(
+        f"\nPQN {MINATAR_ENV} learning, {steps:,} steps x {options.seeds} seed(s) "
+        "vmapped per side; training episodes' return over the last 10%"
+    )
+    sides = ["eqxrl"] if module is None else ["eqxrl", "purejaxql"]
+    for side in options.minatar_sides or sides:
+        start = time.perf_counter()
+        if side == "eqxrl":
+            states, metrics = eqx.filter_jit(eqx.filter_vmap(pqn.train))(keys)
+            per_seed = np.asarray(metrics["episode_return"])
+        else:
+            if module is None:
+                continue
+            train = jax.jit(jax.vmap(purejaxql_minatar_train(module, steps)))
+            out = train(jr.split(jr.PRNGKey(0), options.seeds))
+            per_seed = np.asarray(out["metrics"]["returned_episode_returns"])
+        seconds = time.perf_counter() - start
+        returns = [last_tenth(row) for row in per_seed]
+        print(
+            f"  {side}: mean {np.mean(returns):.2f} (seeds "
+            + ", ".join(f"{r:.2f}" for r in returns)
+            + f"); {seconds:.0f} s with compilation",
+            flush=True,
+        )
+        if side == "eqxrl":
+            greedy = []
+            for seed in range(options.seeds):
+                state = jax.tree.map(
+                    lambda x: x[seed] if eqx.is_array(x) else x, states
+                )
+                result = evaluate(
+                    pqn.policy(state, deterministic=True),
+                    pqn.env,
+                    jr.key(10_000 + seed),
+                    num_episodes=32,
+                )
+                greedy.append(float(result.summary()["return_mean"]))
+            print(
+                "  eqxrl greedy (32 episodes each): "
+                + ", ".join(f"{g:.2f}" for g in greedy)
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--parts", nargs="+", choices=("speed", "headline", "memory"), default=None
+        "--parts",
+        nargs="+",
+        choices=("speed", "headline", "memory", "minatar"),
+        default=None,
     )
     parser.add_argument("--purejaxql", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=500_000)
@@ -307,6 +490,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--headline-steps", type=int, default=500_000)
     parser.add_argument("--memory-steps", type=int, default=100_000)
+    parser.add_argument("--memory-no-layer-norm", action="store_true")
+    parser.add_argument("--minatar-speed-steps", type=int, default=262_144)
+    parser.add_argument("--minatar-steps", type=int, default=2_000_000)
+    parser.add_argument(
+        "--minatar-sides", nargs="+", choices=("eqxrl", "purejaxql"), default=None
+    )
     parser.add_argument(
         "--headline-algorithms",
         nargs="+",
@@ -316,7 +505,9 @@ def main() -> None:
     options = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     for part in options.parts or ("speed", "headline"):
-        {"speed": speed, "headline": headline, "memory": memory}[part](options)
+        parts = {"speed": speed, "headline": headline, "memory": memory}
+        parts["minatar"] = minatar
+        parts[part](options)
 
 
 if __name__ == "__main__":

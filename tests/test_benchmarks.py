@@ -219,14 +219,21 @@ SMOKE_RUNS = {
     "pqn.py": (
         # Without purejaxql's file the speed part times eqxrl alone; the headline
         # part at one chunk of 16k steps, PQN's side (DQN at its defaults compiles
-        # for minutes under the suite's --xla_cpu_use_fusion_emitters=false).
-        ["--steps", "4096", "--pairs", "1", "--seeds", "1"]
-        + ["--headline-steps", "16384", "--headline-algorithms", "PQN"],
+        # for minutes under the suite's --xla_cpu_use_fusion_emitters=false);
+        # MinAtar Breakout's speed and learning paths at one and two iterations.
+        ["--parts", "speed", "headline", "minatar"]
+        + ["--steps", "4096", "--pairs", "1", "--seeds", "1"]
+        + ["--headline-steps", "16384", "--headline-algorithms", "PQN"]
+        + ["--minatar-speed-steps", "4096", "--minatar-steps", "8192"],
         [
-            rf"eqxrl: compile {NUMBER} s, {NUMBER} steps/s",
+            rf"CartPole, .*\n.*\n  eqxrl: compile {NUMBER} s, {NUMBER} steps/s",
             rf"seed 0 PQN: \D*{NUMBER}",
+            rf"Breakout-MinAtar, .*\n.*\n  eqxrl: compile {NUMBER} s, {NUMBER} steps/s",
+            # Returns may be zero after two iterations: their format only.
+            rf"  eqxrl: mean -?[0-9.]+ \(seeds -?[0-9.]+\); {NUMBER} s",
+            r"eqxrl greedy \(32 episodes each\): -?[0-9]+\.[0-9]+$",
         ],
-        [],
+        ["gymnax"],
     ),
     "td3.py": (
         # Without rejax (the dev venv) the peers part says it is skipped; TD3 and

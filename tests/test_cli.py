@@ -305,6 +305,11 @@ def test_recurrent_network_run_is_named_and_evaluates(capsys, tmp_path):
             1,
             "--network lstm: --hidden-sizes shape the default (mlp) network only",
         ),
+        (
+            ["train", "CartPole-v1", "--algo", "pqn", "--network", "gru"],
+            1,
+            "--network gru: PQN's recurrent network (PQN-RNN) is a GRU after",
+        ),
         (["train", "CartPole-v1", "--network", "rnn"], 2, "invalid choice: 'rnn'"),
         (["trian"], 2, "did you mean train"),
         (["eval"], 2, "required: checkpoint"),

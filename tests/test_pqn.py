@@ -102,6 +102,25 @@ def test_the_default_network_is_pqn_s_layer_norm_mlp(env):
     assert np.isfinite(np.asarray(q)).all() and float(jnp.abs(q).max()) < 10.0
 
 
+def test_grid_observations_get_the_layer_norm_cnn():
+    snake = eqxrl.envs.Snake()
+    network = eqxrl.PQN(env=snake).make_network(jr.key(0))
+    assert isinstance(network, eqxrl.nn.CNNQNetwork)
+    assert network.convolution_norms is not None and network.dense_norm is not None
+    assert network.head.out_features == snake.action_space.num_values
+    plain = eqxrl.PQN(env=snake, layer_norm=False).make_network(jr.key(0))
+    assert plain.convolution_norms is None and plain.dense_norm is None
+    # It trains through PQN's loop: a finite loss, greedy values that move.
+    pqn = eqxrl.PQN(
+        env=snake, num_envs=8, num_steps=16, total_timesteps=256, num_minibatches=4
+    )
+    state, metrics = eqx.filter_jit(pqn.train)(jr.key(0))
+    assert np.isfinite(np.asarray(metrics["td_loss"])).all()
+    before = eqx.filter_jit(pqn.init)(jr.key(0)).network
+    assert isinstance(before, eqxrl.nn.CNNQNetwork)
+    assert not np.allclose(state.network.dense.weight, before.dense.weight)
+
+
 def quiet(algorithm, **kwargs):
     return Trainer(algorithm, verbose=False, progress=False, gif_episodes=0, **kwargs)
 

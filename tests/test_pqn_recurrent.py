@@ -199,3 +199,48 @@ def test_remembers_what_a_feed_forward_pqn_cannot():
             greedy[name].append(float(result.summary()["return_mean"]))
     assert sum(r >= 0.9 for r in greedy["recurrent"]) >= 3, greedy
     assert all(r <= 0.5 for r in greedy["feed_forward"]), greedy
+
+
+def test_command_line_trains_pqn_rnn(tmp_path, capsys):
+    """`--algo pqn --gru-size N` is PQN-RNN: the checkpoint rebuilds a GRU
+    Q-network with a carry per environment, and `eqxrl eval` acts with it."""
+    out = tmp_path / "run"
+    code = eqxrl.training.main(
+        ["train", "StatelessCartPole-v1", "--algo", "pqn", "--gru-size", "8"]
+        + ["--hidden-sizes", "16", "--total-timesteps=128", "--num-envs=4"]
+        + ["--num-steps=16"]
+        + ["--num-minibatches=2", "--eval-episodes=1", "--gif-episodes=0"]
+        + ["--log=csv", "--out", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    state, loaded = eqxrl.load_checkpoint(out)
+    assert isinstance(state.network, eqxrl.nn.GRUQNetwork)
+    assert loaded.gru_size == 8 and state.network.core.cell.hidden_size == 8
+    assert jax.tree.leaves(state.carry)[0].shape == (4, 8)
+    capsys.readouterr()
+    assert eqxrl.training.main(["eval", str(out), "--episodes", "2"]) == 0
+    assert "return" in capsys.readouterr().out
+
+
+def test_gru_size_makes_the_default_network_purejaxql_s_pqn_rnn(env):
+    """`gru_size` puts a GRU after the LayerNorm hidden layers; `layer_norm=False`
+    leaves the norms out; a factory and `gru_size` together are refused."""
+    pqn = eqxrl.PQN(env=env, hidden_sizes=(32, 16), gru_size=8)
+    network = pqn.make_network(jr.key(0))
+    assert isinstance(network, eqxrl.nn.GRUQNetwork) and network.is_recurrent
+    assert [layer.out_features for layer in network.core.layers] == [32, 16]
+    assert [norm.shape for norm in network.core.layer_norms] == [(32,), (16,)]
+    assert network.core.cell.hidden_size == 8
+    # LayerNorm before each activation: the GRU's input does not grow with the
+    # observation's scale (without it, it grows as the observation).
+    plain = eqxrl.PQN(env=env, hidden_sizes=(32, 16), gru_size=8, layer_norm=False)
+    plain = plain.make_network(jr.key(0))
+    assert plain.core.layer_norms is None
+    observation = jnp.array([0.1, -0.2])
+    for model, growth in ((network, 1.0), (plain, 1e4)):
+        small, large = (model.core.encode(observation * s) for s in (1.0, 1e4))
+        np.testing.assert_allclose(large, growth * small, rtol=1e-3, atol=1e-4)
+    with pytest.raises(ValueError, match="gru_size=0 must be >= 1"):
+        eqxrl.PQN(env=env, gru_size=0)
+    with pytest.raises(ValueError, match="gru_size shapes the default network"):
+        eqxrl.PQN(env=env, gru_size=8, network_factory=SMALL["network_factory"])

@@ -264,3 +264,80 @@ def test_implicit_quantile_network_noisy_dueling_head():
     )
     plain = ImplicitQuantileNetwork(6, 4, hidden_sizes=(8,), key=jr.key(0))
     assert all(type(layer) is eqx.nn.Linear for layer in plain.hidden)
+
+
+def _conv_reference(network, observation):
+    """`CNNQNetwork`'s forward written with XLA's own convolution (VALID, HWIO
+    kernel) and LayerNorm by hand: the im2col layout must agree with it."""
+    x = jnp.asarray(observation, jnp.float32)[None] * network.observation_scale
+    for index, convolution in enumerate(network.convolutions):
+        in_channels = x.shape[-1]
+        kernel = convolution.weight.T.reshape(3, 3, in_channels, -1)
+        x = jax.lax.conv_general_dilated(
+            x, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        x = x + convolution.bias[None, None, None]
+        norm = network.convolution_norms[index]
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        normalized = (x - mean) / jnp.sqrt(variance + norm.eps)
+        x = normalized * norm.weight[None, None, None] + norm.bias[None, None, None]
+        x = jax.nn.relu(x)
+    x = network.dense.weight @ x.ravel() + network.dense.bias
+    mean, variance = x.mean(), x.var()
+    norm = network.dense_norm
+    x = (x - mean) / jnp.sqrt(variance + norm.eps) * norm.weight + norm.bias
+    return network.head.weight @ jax.nn.relu(x) + network.head.bias
+
+
+def test_cnn_q_network_equals_xla_convolutions_with_layer_norm():
+    sizes = {"channels": (8, 4), "hidden_size": 16}
+    network = eqxrl.nn.CNNQNetwork(
+        (7, 6, 3), 5, **sizes, observation_scale=0.5, key=jr.key(0)
+    )
+    # Learned-looking LayerNorm scales and biases, so that their layout counts.
+    leaves, treedef = jax.tree.flatten(network)
+    keys = jr.split(jr.key(1), len(leaves))
+    network = jax.tree.unflatten(
+        treedef,
+        [
+            leaf + 0.3 * jr.normal(key, leaf.shape)
+            if eqx.is_inexact_array(leaf)
+            else leaf
+            for leaf, key in zip(leaves, keys)
+        ],
+    )
+    observations = jr.uniform(jr.key(2), (4, 7, 6, 3))
+    ours = jax.vmap(network)(observations)
+    reference = jax.vmap(lambda o: _conv_reference(network, o))(observations)
+    assert ours.shape == (4, 5)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        network.q_values(observations[0], jr.key(3)), ours[0], rtol=1e-5, atol=1e-6
+    )
+    # The 0/1 scale of a board does not matter to the first LayerNorm, but the
+    # observation is scaled before the convolution's bias is added.
+    unscaled = jax.tree.unflatten(
+        jax.tree.structure(eqxrl.nn.CNNQNetwork((7, 6, 3), 5, **sizes, key=jr.key(0))),
+        jax.tree.leaves(network),
+    )
+    assert not np.allclose(jax.vmap(unscaled)(observations), ours)
+
+
+def test_cnn_q_network_initialization_and_refusals():
+    network = eqxrl.nn.CNNQNetwork((10, 10, 4), 6, key=jr.key(0))
+    [convolution] = network.convolutions
+    assert convolution.weight.shape == (16, 36)
+    assert network.dense.weight.shape == (128, 8 * 8 * 16)
+    # He-uniform (variance 2 / fan_in) and LeCun-uniform head, zero biases.
+    np.testing.assert_allclose(network.dense.weight.var(), 2 / 1024, rtol=0.05)
+    np.testing.assert_allclose(network.head.weight.var(), 1 / 128, rtol=0.2)
+    assert not np.asarray(network.dense.bias).any()
+    plain = eqxrl.nn.CNNQNetwork((10, 10, 4), 6, layer_norm=False, key=jr.key(0))
+    assert plain.convolution_norms is None and plain.dense_norm is None
+    with pytest.raises(
+        ValueError, match=r"height and width above 4 .* got \(4, 9, 2\)"
+    ):
+        eqxrl.nn.CNNQNetwork((4, 9, 2), 3, channels=(8, 8), key=jr.key(0))
+    with pytest.raises(ValueError, match="hidden_size=0"):
+        eqxrl.nn.CNNQNetwork((5, 5, 1), 3, hidden_size=0, key=jr.key(0))

@@ -222,13 +222,18 @@ def refuse_auto_reset(name: str, env: AbstractEnvironment) -> None:
 
 
 def refuse_multi_agent(
-    name: str, env: AbstractEnvironment, *, independent: bool = True
+    name: str,
+    env: AbstractEnvironment,
+    *,
+    independent: bool = True,
+    team: str | None = None,
 ) -> None:
     """A `ValueError` if `env` is a multi-agent environment: an algorithm trains one
     agent; [`Independent`][eqxrl.multiagent.Independent] trains one per agent (of
-    the algorithms it supports, `independent`). Algorithms call it when asked to
+    the algorithms it supports, `independent`), and `team`, when given, names the
+    multi-agent algorithm that wraps this one. Algorithms call it when asked to
     train (`init`), not at construction, so that an algorithm configured on a
-    multi-agent environment can be handed to `Independent`."""
+    multi-agent environment can be handed to `Independent` (or `team`)."""
     num_agents = num_agents_of(env)
     if num_agents is None:
         return
@@ -236,7 +241,9 @@ def refuse_multi_agent(
         f"{describe(env)} is a multi-agent environment ({num_agents} agents) and "
         f"{name} trains one agent."
     )
-    if independent:
+    if team is not None:
+        fix = f"Train the agents as a team with {team}."
+    elif independent:
         fix = (
             f"Train one {name} per agent with eqxrl.multiagent.Independent("
             f"{name.lower()}) (the command line does so: eqxrl train ENV --algo "

@@ -23,6 +23,7 @@ from .._random import (
 from ..envs import (
     AbstractEnvironment,
     AutoReset,
+    Box,
     Discrete,
     EpisodeStatistics,
     TimeStep,
@@ -30,7 +31,9 @@ from ..envs import (
 )
 from ..nn import (
     AbstractQNetwork,
+    CNNQNetwork,
     EpsilonGreedyPolicy,
+    GRUQNetwork,
     MLPQNetwork,
     epsilon_greedy_action,
     greedy_action,
@@ -104,6 +107,14 @@ class PQNRollout(eqx.Module):
     episode_start: Bool[Array, "*batch"] | None = None
 
 
+def is_grid_space(space: object) -> bool:
+    """Whether observations are one `[height, width, channels]` board that a 3x3
+    unpadded convolution can read (height and width at least 3)."""
+    return (
+        isinstance(space, Box) and len(space.shape) == 3 and min(space.shape[:2]) >= 3
+    )
+
+
 def greedy_value(
     q_values: Float[Array, " num_actions"],
     action_mask: Bool[Array, " num_actions"] | None = None,
@@ -135,10 +146,10 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     0.1, gamma 0.99, lambda 0.95, epsilon from 1 to 0.2 over the first 20% of the
     iterations. Sweepable numbers are float32 array leaves.
 
-    **PQN-RNN.** With a recurrent network (`network_factory=
-    eqxrl.nn.GRUQNetwork.from_env`, or any
-    [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork]) it is the
-    recurrent PQN of purejaxql's `pqn_rnn_gymnax.py`. The state keeps each
+    **PQN-RNN.** With a recurrent network (`gru_size=256`: a GRU after the
+    LayerNorm hidden layers, as purejaxql's; or `network_factory=` any
+    [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork]'s factory)
+    it is the recurrent PQN of purejaxql's `pqn_rnn_gymnax.py`. The state keeps each
     environment's carry, which the rollout steps and resets to `initial_carry()`
     where an episode starts; the rollout keeps those episode starts and the
     learner the carries it started from. Minibatches are whole environments'
@@ -151,7 +162,9 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     value of its final observation as the rollout saw it (gymnax ends both alike).
     Not reproduced: purejaxql's "memory window" (the previous rollout's last steps
     prepended to the sequences), its random-action warm-up rollout, and the
-    previous action as a network input.
+    previous action as a network input. LayerNorm in the layers before the GRU
+    is what PQN-RNN needs to learn a long memory: without it, it does not solve
+    gymnax's `MemoryChain` at purejaxql's config; with it, it does.
 
     **Arguments:**
 
@@ -175,8 +188,18 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
       over the first `exploration_fraction` of the iterations.
     - `hidden_sizes`, `layer_norm`: the default Q-network's hidden layers
       ([`MLPQNetwork`][eqxrl.nn.MLPQNetwork]; non-`Box` observations go through
-      an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder], images through its
-      CNN).
+      an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder], images in a `Dict`
+      through its CNN) and whether it normalizes them. A grid observation (a
+      `Box` of shape `[height, width, channels]`, both sides at least 3) gets
+      purejaxql's MinAtar network instead, a
+      [`CNNQNetwork`][eqxrl.nn.CNNQNetwork] at its defaults (one 3x3
+      convolution to 16 channels, a 128-wide dense layer), which reads only
+      `layer_norm`.
+    - `gru_size`: a GRU of this many units between the default network's hidden
+      layers and its output makes it recurrent (PQN-RNN: a
+      [`GRUQNetwork`][eqxrl.nn.GRUQNetwork] with `encoder_sizes=hidden_sizes`
+      and `layer_norm`, purejaxql's PQN-RNN network at `hidden_sizes=(256, 256),
+      gru_size=256`); `None` (the default) keeps it feed-forward.
     - `network_factory`: optional `factory(env, key) -> AbstractQNetwork` instead;
       a recurrent one (e.g. `eqxrl.nn.GRUQNetwork.from_env`) makes it PQN-RNN.
 
@@ -188,10 +211,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         action = pqn.policy(state, deterministic=True)(observation, key)
 
         # PQN-RNN: a GRU Q-network on CartPole without velocities.
-        pqn_rnn = eqxrl.PQN(
-            env=eqxrl.envs.make("StatelessCartPole-v1"),
-            network_factory=eqxrl.nn.GRUQNetwork.from_env,
-        )
+        pqn_rnn = eqxrl.PQN(env=eqxrl.envs.make("StatelessCartPole-v1"), gru_size=128)
         state, metrics = pqn_rnn.train(jax.random.key(0))
         result = eqxrl.training.evaluate(  # acts with its carry
             pqn_rnn.policy(state, deterministic=True), pqn_rnn.env, key
@@ -234,6 +254,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         static=True, default=(256, 256), converter=tuple
     )
     layer_norm: bool = eqx.field(static=True, default=True)
+    gru_size: int | None = eqx.field(static=True, default=None)
     network_factory: (
         Callable[[AbstractEnvironment, PRNGKeyArray], AbstractQNetwork] | None
     ) = eqx.field(static=True, default=None)
@@ -242,6 +263,14 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PQN: {name}={getattr(self, name)} must be >= 1.")
+        if self.gru_size is not None:
+            if self.gru_size < 1:
+                raise ValueError(f"PQN: gru_size={self.gru_size} must be >= 1.")
+            if self.network_factory is not None:
+                raise ValueError(
+                    "PQN: gru_size shapes the default network, and network_factory "
+                    "replaces it; set one of them."
+                )
         if self.total_timesteps < self.steps_per_iteration:
             raise ValueError(
                 f"PQN: total_timesteps={self.total_timesteps} is less than one "
@@ -283,11 +312,24 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         return AutoReset(EpisodeStatistics(self.env))
 
     def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
-        """The initial Q-network: `network_factory(env, key)` (recurrent or not),
-        or an `MLPQNetwork` of `hidden_sizes` (ReLU, LayerNorm with
+        """The initial Q-network: `network_factory(env, key)` (recurrent or not);
+        with `gru_size`, a `GRUQNetwork` (PQN-RNN) reading `hidden_sizes` layers
+        (ReLU, LayerNorm with `layer_norm`); a `CNNQNetwork` for grid
+        observations; or an `MLPQNetwork` of `hidden_sizes` (ReLU, LayerNorm with
         `layer_norm`)."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
+        if self.gru_size is not None:
+            return GRUQNetwork(
+                self.env.observation_space,
+                self.env.action_space.num_values,  # pyright: ignore[reportAttributeAccessIssue]
+                hidden_size=self.gru_size,
+                encoder_sizes=self.hidden_sizes,
+                layer_norm=self.layer_norm,
+                key=key,
+            )
+        if is_grid_space(self.env.observation_space):
+            return CNNQNetwork.from_env(self.env, key, layer_norm=self.layer_norm)
         encoder, observation_size = default_encoder(self.env.observation_space, key)
         return MLPQNetwork(
             observation_size,
@@ -316,6 +358,10 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             optax.inject_hyperparams(optax.radam)(learning_rate=schedule),
         )
 
+    def current_learning_rate(self, optimizer_state: PyTree) -> Float[Array, ""]:
+        """The step size of the latest update, from `make_optimizer`'s state."""
+        return injected_learning_rate(optimizer_state)
+
     def epsilon(self, iteration: Int[Array, ""]) -> Float[Array, ""]:
         """The exploration rate of an iteration: linear from
         `exploration_initial_eps` to `exploration_final_eps` over the first
@@ -328,7 +374,13 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
 
     # ------------------------------------------------------------------ state
     def init(self, key: PRNGKeyArray) -> PQNState:
-        refuse_multi_agent("PQN", self.env, independent=False)
+        refuse_multi_agent(
+            "PQN",
+            self.env,
+            independent=False,
+            team="eqxrl.multiagent.PQNVDN(pqn) (eqxrl train ENV --algo pqn "
+            "--mixer vdn)",
+        )
         network_key, reset_key, state_key = jr.split(key, 3)
         network = self.make_network(network_key)
         optimizer_state = self.make_optimizer().init(eqx.filter(network, eqx.is_array))
@@ -416,7 +468,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             sequences = jtu.tree_map(lambda x: jnp.swapaxes(x, 0, 1), rollout)
             rows = (state.carry, sequences, timestep)
             loss = self.sequence_loss
-        network, optimizer_state, statistics = self._learn(
+        network, optimizer_state, statistics = self.learn(
             state.network, state.optimizer_state, loss, rows, update_key
         )
         metrics = ended_episode_metrics(
@@ -426,7 +478,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         )
         metrics.update(jtu.tree_map(jnp.mean, statistics))
         metrics["epsilon"] = epsilon
-        metrics["learning_rate"] = injected_learning_rate(optimizer_state)
+        metrics["learning_rate"] = self.current_learning_rate(optimizer_state)
         state = PQNState(
             network=network,
             optimizer_state=optimizer_state,
@@ -613,7 +665,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         loss = 0.5 * jnp.mean(jnp.square(taken - targets))
         return loss, {"td_loss": loss, "q_value": jnp.mean(taken)}
 
-    def _learn(
+    def learn(
         self,
         network: AbstractQNetwork,
         optimizer_state: PyTree,
@@ -624,7 +676,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         """`num_epochs` passes of `num_minibatches` shuffled minibatches of `rows`,
         one gradient step of `loss(network, *minibatch)` each. Rows are the
         rollout's steps, or with a recurrent network whole environments'
-        sequences (every leaf of `rows` has them on its leading axis)."""
+        sequences (every leaf of `rows` has them on its leading axis). Also
+        [`PQNVDN`][eqxrl.multiagent.PQNVDN]'s, with its team loss."""
         num_rows = jtu.tree_leaves(rows)[0].shape[0]
         minibatch_rows = num_rows // self.num_minibatches
         optimizer = self.make_optimizer()

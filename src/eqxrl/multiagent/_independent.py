@@ -664,9 +664,16 @@ class Independent(AbstractPerAgentLearners):
             )
         name = type(self.algorithm).__name__
         if not isinstance(self.algorithm, AbstractQLearning | PPO):
+            team = (
+                " A cooperative team of PQN agents trains with "
+                "eqxrl.multiagent.PQNVDN(pqn) (eqxrl train ENV --algo pqn --mixer "
+                "vdn)."
+                if name == "PQN"
+                else ""
+            )
             raise ValueError(
                 f"Independent: {name} is not supported yet; independent learners "
-                "are eqxrl.DQN, eqxrl.IQN and eqxrl.PPO."
+                f"are eqxrl.DQN, eqxrl.IQN and eqxrl.PPO.{team}"
             )
         self._check_multi_agent_environment()
         env = self.env

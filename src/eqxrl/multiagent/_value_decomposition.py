@@ -48,6 +48,7 @@ from ..nn import (
 from ._agents import (
     AbstractTeamAlgorithm,
     SharedObservations,
+    StateT,
     every_agent_with_index,
     team_episode_metrics,
 )
@@ -250,75 +251,32 @@ class _JointView(AbstractWrapper):
 # ---------------------------------------------------------------- algorithms
 
 
-class ValueDecompositionState(eqx.Module):
-    """Everything a [`VDN`][eqxrl.multiagent.VDN] or [`QMIX`][eqxrl.multiagent.QMIX]
-    run carries from one iteration to the next.
-
-    **Arguments:**
-
-    - `agents`: the agents' Q-network: one network shared by every agent (the
-      one-hot agent index appended to each observation), or with
-      `share_parameters=False` one per agent stacked on a leading agent axis.
-    - `mixer`: the mixer ([`SumMixer`][eqxrl.multiagent.SumMixer] for VDN,
-      [`MonotonicMixer`][eqxrl.multiagent.MonotonicMixer] for QMIX).
-    - `target_agents`, `target_mixer`: their slowly updated copies, for targets.
-    - `optimizer_state`: optax state of the optimizer of agents and mixer together.
-    - `buffer`: the replay buffer of joint transitions (every agent's observation,
-      action mask and action, the global state, the team reward), one column per
-      world; with recurrent agents, of
-      [`ReplaySequence`][eqxrl.buffers.ReplaySequence]s (each world's steps of one
-      iteration).
-    - `env_state`: the state of every world, `[num_envs, ...]` leaves.
-    - `timestep`: the latest timestep of every world.
-    - `key`: the PRNG key for the next iteration.
-    - `iteration`: how many iterations have run (int32).
-    - `num_updates`: how many gradient steps have run (int32).
-    - `carry`: with recurrent agents, every agent's carry in every world
-      (`[num_envs, num_agents, ...]` leaves), as the last step left it; `None`
-      for feed-forward agents.
-    """
-
-    agents: AbstractQNetwork
-    mixer: AbstractMixer
-    target_agents: AbstractQNetwork
-    target_mixer: AbstractMixer
-    optimizer_state: PyTree
-    buffer: ReplayBuffer
-    env_state: PyTree
-    timestep: TimeStep
-    key: PRNGKeyArray
-    iteration: Int[Array, ""]
-    num_updates: Int[Array, ""]
-    carry: PyTree[Array] | None = None
-
-
-class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState]):
-    """What [`VDN`][eqxrl.multiagent.VDN] and [`QMIX`][eqxrl.multiagent.QMIX]
-    share: per-agent Q-networks, a mixer, and DQN's off-policy loop on the team's
-    joint transitions. Subclasses give the mixer (`make_mixer`)."""
-
-    # Whether the mixer reads the global state (stored in the replay buffer).
-    reads_global_state: ClassVar[bool] = False
+class AbstractTeamQLearning(AbstractTeamAlgorithm[StateT]):
+    """Cooperative agents with Q-networks trained as a team on a multi-agent
+    environment: what value decomposition
+    ([`AbstractValueDecomposition`][eqxrl.multiagent.AbstractValueDecomposition]:
+    VDN, QMIX) and [`PQNVDN`][eqxrl.multiagent.PQNVDN] share. The agents' network
+    is the wrapped single-agent algorithm's (`make_network`), one shared by every
+    agent (each agent's flattened observation with its one-hot index appended) or,
+    with `share_parameters=False`, one per agent stacked on a leading agent axis;
+    these methods read every agent's values in one world."""
 
     algorithm: eqx.AbstractVar[AbstractAlgorithm]
     share_parameters: eqx.AbstractVar[bool]
 
-    def _check(self) -> None:
+    def _check_team(self) -> None:
+        """The environment has several agents, and a shared network can read
+        their observations."""
         name = type(self).__name__
-        if not isinstance(self.algorithm, DQN):
-            raise ValueError(
-                f"{name}: algorithm must be an eqxrl.DQN configured on the "
-                "multi-agent environment (its replay, exploration, target and "
-                f"optimizer settings apply), got {type(self.algorithm).__name__}."
-            )
+        single = type(self.algorithm).__name__
         env = self.algorithm.env
         if num_agents_of(env) is None:
             raise ValueError(
                 f"{name}: the environment ({type(unwrap(env)[-1]).__name__}) has a "
-                "single agent; value decomposition needs a cooperative multi-agent "
+                f"single agent; {name} trains a cooperative team on a multi-agent "
                 "environment (eqxrl.envs.AbstractMultiAgentEnvironment, e.g. "
-                "eqxrl.envs.make('TreasureHunt-v0')). Train eqxrl.DQN itself for "
-                "one agent."
+                f"eqxrl.envs.make('TreasureHunt-v0')). Train eqxrl.{single} itself "
+                "for one agent."
             )
         if self.share_parameters and not isinstance(env.observation_space, Box):
             raise ValueError(
@@ -327,36 +285,9 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
                 f"{type(env.observation_space).__name__}. Pass "
                 "share_parameters=False for one network per agent."
             )
-        if self.recurrent:
-            dqn = self.algorithm
-            if dqn.n_step != 1:
-                raise ValueError(
-                    f"{name}: recurrent agents learn from sequences with one-step "
-                    f"targets; n_step={dqn.n_step} is not supported with them "
-                    "(set n_step=1)."
-                )
-            if dqn.batch_size % dqn.train_frequency:
-                sequences = max(1, dqn.batch_size // dqn.train_frequency)
-                raise ValueError(
-                    f"{name}: recurrent agents replay sequences of train_frequency="
-                    f"{dqn.train_frequency} steps, so batch_size={dqn.batch_size} "
-                    "(counted in steps) must be a multiple of it; e.g. batch_size="
-                    f"{sequences * dqn.train_frequency}."
-                )
-            if dqn.buffer_size < dqn.num_envs * dqn.train_frequency:
-                raise ValueError(
-                    f"{name}: buffer_size={dqn.buffer_size} holds less than one "
-                    f"iteration's sequences (num_envs * train_frequency = "
-                    f"{dqn.num_envs * dqn.train_frequency} steps)."
-                )
-
-    # ------------------------------------------------------------------ config
-    @abc.abstractmethod
-    def make_mixer(self, key: PRNGKeyArray) -> AbstractMixer:
-        """The initial mixer (the target mixer starts as a copy of it)."""
 
     @property
-    def learner(self) -> DQN:
+    def learner(self) -> AbstractAlgorithm:
         """The algorithm on the agents' network's view of the environment: itself,
         or with `share_parameters` on a flattened observation with the one-hot agent
         index appended (which builds the shared network)."""
@@ -365,25 +296,6 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
         view = SharedObservations(self.env, self.num_agents)
         return eqx.tree_at(lambda a: a.env, self.algorithm, view)
 
-    @property
-    def training_env(self) -> AbstractEnvironment:
-        """The worlds as they are stepped: automatic resets, episode statistics, and
-        the joint observation (observations, action masks and, for mixers that read
-        it, the global state) that the replay buffer stores."""
-        joint = _JointView(self.env, self.reads_global_state)
-        return AutoReset(EpisodeStatistics(joint))
-
-    @property
-    def state_size(self) -> int:
-        """Entries of the flattened global state the mixer reads: the environment's
-        `global_state_space` (see [`GLOBAL_STATE`][eqxrl.envs.GLOBAL_STATE]), or
-        when it declares none every agent's observation concatenated."""
-        space = global_state_space_of(self.env)
-        if space is not None:
-            return math.prod(space.shape)
-        observation = eqx.filter_eval_shape(self.env.reset, jr.key(0))[1].observation
-        return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(observation))
-
     # --------------------------------------------------------------- networks
     def make_agents(self, key: PRNGKeyArray) -> AbstractQNetwork:
         """The agents' initial network: the algorithm's (its `network_factory`, or
@@ -391,17 +303,18 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
         per agent stacked on a leading agent axis."""
         learner = self.learner
         if self.share_parameters:
-            return learner.make_network(key)
+            return learner.make_network(key)  # pyright: ignore[reportAttributeAccessIssue]
         keys = jr.split(key, self.num_agents)
-        return eqx.filter_vmap(learner.make_network)(keys)
+        return eqx.filter_vmap(learner.make_network)(keys)  # pyright: ignore[reportAttributeAccessIssue]
 
     @property
     def recurrent(self) -> bool:
         """Whether the agents' network is recurrent (an
         [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork], e.g.
-        `network_factory=eqxrl.nn.GRUQNetwork.from_env`): then the replay buffer
-        keeps sequences and the agents learn through time."""
-        network = eqx.filter_eval_shape(self.learner.make_network, jr.key(0))
+        `network_factory=eqxrl.nn.GRUQNetwork.from_env`): then the agents keep
+        carries and learn through time (VDN and QMIX replay sequences, PQN-VDN
+        learns from whole worlds' sequences)."""
+        network = eqx.filter_eval_shape(self.learner.make_network, jr.key(0))  # pyright: ignore[reportAttributeAccessIssue]
         return network.is_recurrent
 
     def agent_initial_carry(self, agents: AbstractQNetwork) -> PyTree[Array]:
@@ -501,6 +414,135 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
         q_values = self.agent_q_values(agents, observation, key)
         chosen = jnp.take_along_axis(q_values, action[:, None], axis=1)[:, 0]
         return mixer(chosen, global_state), chosen
+
+    def joint_policy(
+        self, agents: AbstractQNetwork, epsilon: Float[Array, ""]
+    ) -> AbstractPolicy:
+        """The agents' joint epsilon-greedy policy (one multi-agent observation in,
+        one action per agent out; each agent reads its own observation).
+
+        **Returns:**
+
+        A [`SharedPolicy`][eqxrl.multiagent.SharedPolicy] around the shared
+        network, or with `share_parameters=False` an
+        [`IndependentPolicy`][eqxrl.multiagent.IndependentPolicy].
+        """
+        if self.share_parameters:
+            return SharedPolicy(EpsilonGreedyPolicy(agents, epsilon), self.num_agents)
+        policies = eqx.filter_vmap(
+            lambda network: EpsilonGreedyPolicy(network, epsilon)
+        )(agents)
+        return IndependentPolicy(policies, self.num_agents)
+
+
+class ValueDecompositionState(eqx.Module):
+    """Everything a [`VDN`][eqxrl.multiagent.VDN] or [`QMIX`][eqxrl.multiagent.QMIX]
+    run carries from one iteration to the next.
+
+    **Arguments:**
+
+    - `agents`: the agents' Q-network: one network shared by every agent (the
+      one-hot agent index appended to each observation), or with
+      `share_parameters=False` one per agent stacked on a leading agent axis.
+    - `mixer`: the mixer ([`SumMixer`][eqxrl.multiagent.SumMixer] for VDN,
+      [`MonotonicMixer`][eqxrl.multiagent.MonotonicMixer] for QMIX).
+    - `target_agents`, `target_mixer`: their slowly updated copies, for targets.
+    - `optimizer_state`: optax state of the optimizer of agents and mixer together.
+    - `buffer`: the replay buffer of joint transitions (every agent's observation,
+      action mask and action, the global state, the team reward), one column per
+      world; with recurrent agents, of
+      [`ReplaySequence`][eqxrl.buffers.ReplaySequence]s (each world's steps of one
+      iteration).
+    - `env_state`: the state of every world, `[num_envs, ...]` leaves.
+    - `timestep`: the latest timestep of every world.
+    - `key`: the PRNG key for the next iteration.
+    - `iteration`: how many iterations have run (int32).
+    - `num_updates`: how many gradient steps have run (int32).
+    - `carry`: with recurrent agents, every agent's carry in every world
+      (`[num_envs, num_agents, ...]` leaves), as the last step left it; `None`
+      for feed-forward agents.
+    """
+
+    agents: AbstractQNetwork
+    mixer: AbstractMixer
+    target_agents: AbstractQNetwork
+    target_mixer: AbstractMixer
+    optimizer_state: PyTree
+    buffer: ReplayBuffer
+    env_state: PyTree
+    timestep: TimeStep
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+    num_updates: Int[Array, ""]
+    carry: PyTree[Array] | None = None
+
+
+class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState]):
+    """What [`VDN`][eqxrl.multiagent.VDN] and [`QMIX`][eqxrl.multiagent.QMIX]
+    share: per-agent Q-networks, a mixer, and DQN's off-policy loop on the team's
+    joint transitions. Subclasses give the mixer (`make_mixer`)."""
+
+    # Whether the mixer reads the global state (stored in the replay buffer).
+    reads_global_state: ClassVar[bool] = False
+
+    algorithm: eqx.AbstractVar[AbstractAlgorithm]
+    share_parameters: eqx.AbstractVar[bool]
+
+    def _check(self) -> None:
+        name = type(self).__name__
+        if not isinstance(self.algorithm, DQN):
+            raise ValueError(
+                f"{name}: algorithm must be an eqxrl.DQN configured on the "
+                "multi-agent environment (its replay, exploration, target and "
+                f"optimizer settings apply), got {type(self.algorithm).__name__}."
+            )
+        self._check_team()
+        if self.recurrent:
+            dqn = self.algorithm
+            if dqn.n_step != 1:
+                raise ValueError(
+                    f"{name}: recurrent agents learn from sequences with one-step "
+                    f"targets; n_step={dqn.n_step} is not supported with them "
+                    "(set n_step=1)."
+                )
+            if dqn.batch_size % dqn.train_frequency:
+                sequences = max(1, dqn.batch_size // dqn.train_frequency)
+                raise ValueError(
+                    f"{name}: recurrent agents replay sequences of train_frequency="
+                    f"{dqn.train_frequency} steps, so batch_size={dqn.batch_size} "
+                    "(counted in steps) must be a multiple of it; e.g. batch_size="
+                    f"{sequences * dqn.train_frequency}."
+                )
+            if dqn.buffer_size < dqn.num_envs * dqn.train_frequency:
+                raise ValueError(
+                    f"{name}: buffer_size={dqn.buffer_size} holds less than one "
+                    f"iteration's sequences (num_envs * train_frequency = "
+                    f"{dqn.num_envs * dqn.train_frequency} steps)."
+                )
+
+    # ------------------------------------------------------------------ config
+    @abc.abstractmethod
+    def make_mixer(self, key: PRNGKeyArray) -> AbstractMixer:
+        """The initial mixer (the target mixer starts as a copy of it)."""
+
+    @property
+    def training_env(self) -> AbstractEnvironment:
+        """The worlds as they are stepped: automatic resets, episode statistics, and
+        the joint observation (observations, action masks and, for mixers that read
+        it, the global state) that the replay buffer stores."""
+        joint = _JointView(self.env, self.reads_global_state)
+        return AutoReset(EpisodeStatistics(joint))
+
+    @property
+    def state_size(self) -> int:
+        """Entries of the flattened global state the mixer reads: the environment's
+        `global_state_space` (see [`GLOBAL_STATE`][eqxrl.envs.GLOBAL_STATE]), or
+        when it declares none every agent's observation concatenated."""
+        space = global_state_space_of(self.env)
+        if space is not None:
+            return math.prod(space.shape)
+        observation = eqx.filter_eval_shape(self.env.reset, jr.key(0))[1].observation
+        return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(observation))
 
     def loss(
         self,
@@ -770,14 +812,7 @@ class AbstractValueDecomposition(AbstractTeamAlgorithm[ValueDecompositionState])
             if deterministic
             else self.algorithm.epsilon(state.iteration * self.steps_per_iteration)
         )
-        if self.share_parameters:
-            return SharedPolicy(
-                EpsilonGreedyPolicy(state.agents, epsilon), self.num_agents
-            )
-        policies = eqx.filter_vmap(
-            lambda network: EpsilonGreedyPolicy(network, epsilon)
-        )(state.agents)
-        return IndependentPolicy(policies, self.num_agents)
+        return self.joint_policy(state.agents, epsilon)
 
     # -------------------------------------------------------------- iteration
     def _act(

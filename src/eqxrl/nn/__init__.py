@@ -34,6 +34,7 @@ from ._policy import (
 from ._q_networks import (
     AbstractQNetwork as AbstractQNetwork,
     AbstractQuantileNetwork as AbstractQuantileNetwork,
+    CNNQNetwork as CNNQNetwork,
     EpsilonGreedyPolicy as EpsilonGreedyPolicy,
     ImplicitQuantileNetwork as ImplicitQuantileNetwork,
     MLPQNetwork as MLPQNetwork,

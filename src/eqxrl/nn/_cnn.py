@@ -59,6 +59,20 @@ def _patches(
     return jnp.concatenate(shifted, axis=-1)
 
 
+def valid_patches(
+    x: Float[Array, "height width channels"],
+) -> Float[Array, "height-2 width-2 9*channels"]:
+    """The 3x3 neighbourhood of every interior cell, channels last: a 3x3 "valid"
+    convolution (no padding) is then one matrix product."""
+    height, width, _ = x.shape
+    shifted = [
+        x[row : row + height - 2, column : column + width - 2]
+        for row in range(3)
+        for column in range(3)
+    ]
+    return jnp.concatenate(shifted, axis=-1)
+
+
 def conv_torso(
     keys: Key[Array, " layers"],
     observation_shape: Sequence[int],

@@ -1,6 +1,7 @@
 import abc
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -9,6 +10,7 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._random import uniform as random_uniform
+from ._cnn import valid_patches
 from ._multi_input import ObservationEncoder
 from ._noisy import NoisyLinear
 from ._policy import AbstractPolicy
@@ -207,6 +209,155 @@ class MLPQNetwork(AbstractQNetwork):
                 x = self.layer_norms[index](x)
             x = self.activation(x)
         return self.head(x)
+
+    def q_values(
+        self, observation: PyTree[Array], key: PRNGKeyArray
+    ) -> Float[Array, " num_actions"]:
+        del key
+        return self(observation)
+
+
+def _scaled_uniform(
+    key: PRNGKeyArray, out_size: int, in_size: int, variance_scale: float
+) -> eqx.nn.Linear:
+    """A linear layer with uniform weights of variance `variance_scale / in_size`
+    and zero bias (no LAPACK call)."""
+    bound = math.sqrt(3.0 * variance_scale / in_size)
+    weight = jr.uniform(key, (out_size, in_size), jnp.float32, -bound, bound)
+    return eqx.tree_at(
+        lambda layer: (layer.weight, layer.bias),
+        eqx.nn.Linear(in_size, out_size, key=jr.key(0)),
+        (weight, jnp.zeros(out_size, jnp.float32)),
+    )
+
+
+class CNNQNetwork(AbstractQNetwork):
+    """A convolutional Q-network with LayerNorm for grid observations `[height,
+    width, channels]`: PQN's MinAtar network (purejaxql's `pqn_minatar.py`).
+
+    Each 3x3 convolution has no padding (the board shrinks by 2 per layer) and is
+    followed by a LayerNorm over its channels at every cell, then a ReLU; the
+    flattened board goes through a dense layer, a LayerNorm and a ReLU, then a
+    linear layer gives one value per action. Observations are multiplied by
+    `observation_scale` first (purejaxql divides MinAtar's 0/1 boards by 255;
+    the LayerNorm after the convolution undoes most of that scale, not its effect
+    on the convolution's bias). Convolutions and the dense layer are He-uniform
+    (variance `2 / fan_in`, as Flax's `he_normal`), the output layer LeCun-uniform
+    (variance `1 / fan_in`, as Flax's default), biases zero.
+
+    Each convolution is stored as an `eqx.nn.Linear` acting on the 3x3 patches of
+    the board (im2col): one matrix product, several times faster than XLA's CPU
+    convolutions, above all for the kernel gradient. With the defaults a 10x10
+    MinAtar board costs about 0.17 M multiply-adds.
+
+    **Arguments:**
+
+    - `observation_shape`: `(height, width, channels)` of one observation; height
+      and width at least `2 * len(channels) + 1`.
+    - `num_actions`: number of discrete actions.
+    - `channels`: output channels of each convolution.
+    - `hidden_size`: width of the dense layer.
+    - `layer_norm`: LayerNorm after each convolution and the dense layer (with a
+      learned scale and shift).
+    - `observation_scale`: a factor applied to the observation.
+    - `key`: a PRNG key for the initial weights.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.Snake()
+        network = eqxrl.nn.CNNQNetwork.from_env(env, jax.random.key(0))
+        q = network(env.observation_space.sample(jax.random.key(1)))  # [4]
+        pqn = eqxrl.PQN(env=env)  # uses it for image observations
+        ```
+    """
+
+    convolutions: list[eqx.nn.Linear]
+    dense: eqx.nn.Linear
+    head: eqx.nn.Linear
+    convolution_norms: list[eqx.nn.LayerNorm] | None
+    dense_norm: eqx.nn.LayerNorm | None
+    observation_scale: float = eqx.field(static=True)
+
+    def __init__(
+        self,
+        observation_shape: Sequence[int],
+        num_actions: int,
+        *,
+        channels: Sequence[int] = (16,),
+        hidden_size: int = 128,
+        layer_norm: bool = True,
+        observation_scale: float = 1.0,
+        key: PRNGKeyArray,
+    ):
+        channels = tuple(channels)
+        _check_sizes(
+            "CNNQNetwork",
+            num_actions=num_actions,
+            hidden_size=hidden_size,
+            channels=channels,
+        )
+        shrink = 2 * len(channels)
+        if (
+            len(observation_shape) != 3
+            or min(observation_shape[:2]) <= shrink
+            or observation_shape[2] < 1
+        ):
+            raise ValueError(
+                "CNNQNetwork: observation_shape must be (height, width, channels) "
+                f"with height and width above {shrink} (each of the {len(channels)} "
+                f"unpadded 3x3 convolution(s) takes 2 off), got "
+                f"{tuple(observation_shape)}."
+            )
+        height, width, in_channels = observation_shape
+        keys = jr.split(key, len(channels) + 2)
+        self.convolutions = []
+        for index, out_channels in enumerate(channels):
+            self.convolutions.append(
+                _scaled_uniform(keys[index], out_channels, 9 * in_channels, 2.0)
+            )
+            in_channels = out_channels
+        flat_size = (height - shrink) * (width - shrink) * in_channels
+        self.dense = _scaled_uniform(keys[-2], hidden_size, flat_size, 2.0)
+        self.head = _scaled_uniform(keys[-1], num_actions, hidden_size, 1.0)
+        self.convolution_norms = (
+            [eqx.nn.LayerNorm(size) for size in channels] if layer_norm else None
+        )
+        self.dense_norm = eqx.nn.LayerNorm(hidden_size) if layer_norm else None
+        self.observation_scale = float(observation_scale)
+
+    @classmethod
+    def from_env(cls, env: Any, key: PRNGKeyArray, **options: Any) -> "CNNQNetwork":
+        """The network for an environment's grid observations and `Discrete`
+        actions, with default sizes unless `options` say otherwise: a
+        `network_factory`.
+
+        **Arguments:**
+
+        - `env`: an environment with `[height, width, channels]` observations and
+          a `Discrete` action space.
+        - `key`: a PRNG key for the initial weights.
+        - `**options`: keyword arguments of the constructor; bind them with
+          `functools.partial(CNNQNetwork.from_env, observation_scale=1 / 255)`.
+        """
+        return cls(
+            env.observation_space.shape, env.action_space.num_values, key=key, **options
+        )
+
+    def __call__(
+        self, observation: Float[ArrayLike, "height width channels"]
+    ) -> Float[Array, " num_actions"]:
+        """The value of each action at one observation."""
+        x = jnp.asarray(observation, jnp.float32) * self.observation_scale
+        for index, convolution in enumerate(self.convolutions):
+            x = valid_patches(x) @ convolution.weight.T + convolution.bias[None, None]
+            if self.convolution_norms is not None:
+                x = jax.vmap(jax.vmap(self.convolution_norms[index]))(x)
+            x = jax.nn.relu(x)
+        x = _apply_linear(self.dense, jnp.ravel(x))
+        if self.dense_norm is not None:
+            x = self.dense_norm(x)
+        return _apply_linear(self.head, jax.nn.relu(x))
 
     def q_values(
         self, observation: PyTree[Array], key: PRNGKeyArray

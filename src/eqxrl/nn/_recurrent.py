@@ -226,6 +226,8 @@ class _Core(eqx.Module):
     layers: list[eqx.nn.Linear]
     cell: eqx.nn.GRUCell | eqx.nn.LSTMCell
     activation: Callable[[Array], Array] = eqx.field(static=True)
+    # LayerNorm of each MLP layer's output before its activation (PQN-RNN's).
+    layer_norms: list[eqx.nn.LayerNorm] | None = None
 
     def initial_carry(self) -> GRUCarry | LSTMCarry:
         zeros = jnp.zeros(self.cell.hidden_size, jnp.float32)
@@ -241,8 +243,11 @@ class _Core(eqx.Module):
     def encode(self, observation: PyTree[Array]) -> Float[Array, " features"]:
         """The cell's input: what does not depend on the carry."""
         features = self.encoder(observation).astype(jnp.float32)
-        for layer in self.layers:
-            features = self.activation(layer(features))
+        for index, layer in enumerate(self.layers):
+            features = layer(features)
+            if self.layer_norms is not None:
+                features = self.layer_norms[index](features)
+            features = self.activation(features)
         return features
 
     def recur(
@@ -400,6 +405,7 @@ def _core(
     hidden_size: int,
     activation: Callable[[Array], Array],
     key: PRNGKeyArray,
+    layer_norm: bool = False,
 ) -> _Core:
     encoder_key, mlp_key, cell_key = jr.split(key, 3)
     encoder = ObservationEncoder(space, keys=keys, key=encoder_key)
@@ -411,7 +417,8 @@ def _core(
         else []  # `encoder_sizes=()`: the cell reads the encoded observation
     )
     cell = cell_type(sizes[-1], hidden_size, key=cell_key)
-    return _Core(encoder, _linear_layers(sizes, weights), cell, activation)
+    norms = [eqx.nn.LayerNorm(size) for size in encoder_sizes] if layer_norm else None
+    return _Core(encoder, _linear_layers(sizes, weights), cell, activation, norms)
 
 
 def _head(

@@ -118,6 +118,10 @@ class GRUQNetwork(AbstractRecurrentQNetwork):
     - `encoder_sizes`: widths of the MLP between the encoder and the GRU (`()`:
       the GRU reads the encoded observation).
     - `activation`: activation of the MLP layers (default ReLU).
+    - `layer_norm`: normalize each MLP layer's output (`eqx.nn.LayerNorm`, with a
+      learned scale and shift) before its activation, as purejaxql's PQN-RNN
+      network does: what keeps PQN's bootstrapped targets stable without a
+      target network.
     - `key`: a PRNG key for the initial weights.
 
     !!! example
@@ -143,6 +147,7 @@ class GRUQNetwork(AbstractRecurrentQNetwork):
         hidden_size: int = 64,
         encoder_sizes: Sequence[int] = (64,),
         activation: Callable[[Array], Array] = jax.nn.relu,
+        layer_norm: bool = False,
         key: PRNGKeyArray,
     ):
         _check_sizes(
@@ -160,6 +165,7 @@ class GRUQNetwork(AbstractRecurrentQNetwork):
             hidden_size,
             activation,
             core_key,
+            layer_norm=layer_norm,
         )
         # Orthogonal with gain 1 and zero bias, as JaxMARL's Q head.
         (self.head,) = _head(head_key, hidden_size, (), num_actions, 1.0)

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..algorithms import DQN, PPO, algorithm_names
+from ..algorithms import DQN, PPO, PQN, algorithm_names
 from ..envs import make, num_agents_of, registered_names
-from ..multiagent import MAPPO, QMIX, VDN, Independent
+from ..multiagent import MAPPO, PQNVDN, QMIX, VDN, Independent
 from ..nn import GRUActorCritic, LSTMActorCritic
 from ._checkpoint import (
     CheckpointError,
@@ -60,7 +60,8 @@ _RUN_OPTIONS = (
     "mixer",
     "network",
 )
-# `--mixer`: the value decomposition that trains DQN's agents as a team.
+# `--mixer`: the value decomposition that trains DQN's agents as a team (and, with
+# `vdn`, PQN's: PQNVDN).
 _MIXERS = {"vdn": VDN, "qmix": QMIX}
 # `--network`: PPO's network_factory (`mlp` is PPO's default feed-forward network).
 # Named by their factories, so config.json and checkpoint headers name them too and
@@ -344,7 +345,7 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         "team reward, their values summed (vdn: eqxrl.multiagent.VDN) or mixed by "
         "a monotonic network reading the global state (qmix: "
         "eqxrl.multiagent.QMIX) (default: independent DQN, each agent on its own "
-        "reward)",
+        "reward); with PQN, vdn trains eqxrl.multiagent.PQNVDN",
     )
     run.add_argument(
         "--network",
@@ -354,7 +355,7 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         "MultiInputActorCritic's encoders for Dict and image observations), gru "
         "or lstm (eqxrl.nn.GRUActorCritic / LSTMActorCritic with their default "
         "sizes: a policy with memory, for partially observed environments) "
-        "(default: mlp)",
+        "(default: mlp; PQN's recurrent network is --gru-size N)",
     )
     trainer = parser.add_argument_group("trainer")
     for field in _trainer_fields():
@@ -547,23 +548,31 @@ def _train(argv: Sequence[str]) -> int:
 
 def _value_decomposition(
     algorithm: Any, mixer: Any, share_parameters: bool, critic_input: Any
-) -> VDN | QMIX:
-    """`--mixer`'s VDN or QMIX around the DQN the other flags configured, refused
-    beside another algorithm and beside `--critic-input` (MAPPO's)."""
+) -> VDN | QMIX | PQNVDN:
+    """`--mixer`'s VDN or QMIX around the DQN the other flags configured (PQN-VDN
+    around a PQN with `vdn`), refused beside another algorithm and beside
+    `--critic-input` (MAPPO's)."""
     name = str(mixer).strip().lower()
     if name not in _MIXERS:
         raise ValueError(f"--mixer {mixer!r}: choose among {', '.join(_MIXERS)}.")
-    if not isinstance(algorithm, DQN):
+    if isinstance(algorithm, PQN) and name != "vdn":
+        raise ValueError(
+            f"--mixer {name}: PQN's agents train as a team with vdn (PQN-VDN: "
+            "eqxrl.multiagent.PQNVDN); for QMIX use --algo dqn."
+        )
+    if not isinstance(algorithm, DQN | PQN):
         raise ValueError(
             f"--mixer {name}: value decomposition trains DQN's agents as a team; "
-            f"{type(algorithm).__name__} does not take a mixer. Use --algo dqn, or "
-            "drop --mixer."
+            f"{type(algorithm).__name__} does not take a mixer. Use --algo dqn (or "
+            "--algo pqn with --mixer vdn), or drop --mixer."
         )
     if critic_input is not None:
         raise ValueError(
             f"--mixer {name} and --critic-input: a mixer is for DQN's agents, a "
             "centralised critic for MAPPO's (--algo ppo); keep one."
         )
+    if isinstance(algorithm, PQN):
+        return PQNVDN(algorithm, share_parameters=share_parameters)
     return _MIXERS[name](algorithm, share_parameters=share_parameters)
 
 
@@ -581,6 +590,12 @@ def _network_factory(
     factory = _NETWORKS[name]
     if factory is None:
         return None
+    if cls is PQN:
+        raise _CommandError(
+            f"--network {name}: PQN's recurrent network (PQN-RNN) is a GRU after "
+            "its hidden layers: --gru-size N (e.g. --gru-size 256), with "
+            "--hidden-sizes and --layer-norm."
+        )
     if cls is not PPO:
         raise _CommandError(
             f"--network {name}: recurrent networks are actor-critics for PPO (and "

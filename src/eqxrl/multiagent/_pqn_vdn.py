@@ -1,0 +1,562 @@
+"""PQN-VDN: cooperative agents whose summed Q-values are trained with PQN's Q(lambda)
+on the team reward, from vectorized rollouts, without replay buffer or target
+network (purejaxql's `pqn_vdn_rnn_jaxmarl.py`)."""
+
+import equinox as eqx
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+
+from .._filters import filter_scan
+from .._random import split as random_split, uniform as random_uniform
+from ..algorithms import PQN, AbstractAlgorithm, compute_q_lambda_returns
+from ..envs import (
+    AbstractEnvironment,
+    AutoReset,
+    EpisodeStatistics,
+    TimeStep,
+    skip_action_checks,
+)
+from ..nn import (
+    AbstractPolicy,
+    AbstractQNetwork,
+    epsilon_greedy_action,
+    greedy_action,
+    reset_carry,
+)
+from ._agents import team_episode_metrics
+from ._value_decomposition import AbstractTeamQLearning, SumMixer
+
+
+class PQNVDNState(eqx.Module):
+    """Everything a [`PQNVDN`][eqxrl.multiagent.PQNVDN] run carries from one
+    iteration to the next.
+
+    **Fields:**
+
+    - `agents`: the agents' Q-network: one network shared by every agent (the
+      one-hot agent index appended to each observation), or with
+      `share_parameters=False` one per agent stacked on a leading agent axis (the
+      only networks: there is no target network).
+    - `optimizer_state`: its optimizer's state (the wrapped PQN's optimizer).
+    - `env_state`, `timestep`: the `num_envs` worlds (leading axis) and their
+      latest timestep.
+    - `key`: the PRNG key of the next iteration.
+    - `iteration`: completed iterations (int32), which the exploration schedule
+      reads.
+    - `carry`: with recurrent agents, every agent's carry in every world
+      (`[num_envs, num_agents, ...]` leaves) as the latest step left it (reset
+      where `timestep` starts an episode, when the next step reads it); `None`
+      for feed-forward agents.
+    """
+
+    agents: AbstractQNetwork
+    optimizer_state: PyTree
+    env_state: PyTree
+    timestep: TimeStep
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+    carry: PyTree[Array] | None = None
+
+
+class PQNVDNRollout(eqx.Module):
+    """What a step of the worlds saw, did and got, and the team's greedy values its
+    targets bootstrap from; `[num_envs, ...]` leaves for one step, stacked to
+    `[num_steps, num_envs, ...]` over a rollout.
+
+    **Fields:**
+
+    - `observation`, `action_mask`: every agent's observation (`[..., num_agents,
+      ...]` leaves) and valid actions.
+    - `action`: every agent's epsilon-greedy action (int32).
+    - `reward`: the team reward, the sum of the agents' rewards.
+    - `terminated`, `truncated`: how the step ended the episode (for every agent
+      at once).
+    - `value`: the team's greedy value when acting: the sum over agents of each
+      agent's greedy valid value `max_a Q_i(o_i, a)`.
+    - `truncation_value`: where the step truncated an episode, the team's greedy
+      value of the episode's final observation (zero elsewhere).
+    - `extras`: the episode statistics (`episode_return` per agent,
+      `episode_length`).
+    - `episode_start`: with recurrent agents, whether `observation` is the first
+      of an episode (the agents read it with their initial carries), else `None`.
+    """
+
+    observation: PyTree[Array]
+    action_mask: Bool[Array, "*batch num_agents num_actions"] | None
+    action: Int[Array, "*batch num_agents"]
+    reward: Float[Array, "*batch"]
+    terminated: Bool[Array, "*batch"]
+    truncated: Bool[Array, "*batch"]
+    value: Float[Array, "*batch"]
+    truncation_value: Float[Array, "*batch"]
+    extras: dict[str, Array]
+    episode_start: Bool[Array, "*batch"] | None = None
+
+
+class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
+    """PQN-VDN (Gallici et al., 2024; purejaxql's `pqn_vdn_rnn_jaxmarl.py`):
+    cooperative agents whose team value is the sum of their own, `Q_tot = sum_i
+    Q_i(o_i, a_i)` (VDN's [`SumMixer`][eqxrl.multiagent.SumMixer]), trained with
+    [`PQN`][eqxrl.PQN]'s loop on the team reward: no replay buffer, no target
+    network.
+
+    `algorithm` is an [`eqxrl.PQN`][eqxrl.PQN] configured on the multi-agent
+    environment: its rollout schedule (`num_envs` worlds, `num_steps`,
+    `total_timesteps`), `num_epochs` x `num_minibatches`, optimizer (global-norm
+    clipping, RAdam, `learning_rate`, `anneal_lr`), `gamma`, `q_lambda`,
+    `reward_scale`, exploration schedule and agent network (`hidden_sizes`,
+    `layer_norm`, `network_factory`) apply to the team. One iteration:
+
+    1. step `num_envs` worlds `num_steps` times, every agent acting
+       epsilon-greedily on its own observation (only valid actions where the
+       environment gives action masks), keeping the team's greedy value of each
+       step: the sum over agents of each agent's greedy valid value;
+    2. compute PQN's Q(lambda) targets
+       ([`compute_q_lambda_returns`][eqxrl.algorithms.compute_q_lambda_returns])
+       on the team: the **team reward** `r` (the sum of the agents' rewards, as
+       [`VDN`][eqxrl.multiagent.VDN]), times `reward_scale`, bootstrapped from
+       the team's greedy value; a terminated episode bootstraps from nothing, a
+       truncated one from the team's greedy value of its final observation;
+    3. take `num_epochs` passes of `num_minibatches` shuffled minibatches of the
+       rollout's world steps, each a gradient step on
+       `mean((sum_i Q_i(o_i, a_i) - target)^2)`
+       ([`loss`][eqxrl.multiagent.PQNVDN.loss]).
+
+    By default the agents share one network, each agent's flattened observation
+    with its one-hot agent index appended; with `share_parameters=False` every
+    agent has its own (stacked on a leading agent axis).
+
+    **Recurrent agents.** With a recurrent agent network (`network_factory=
+    eqxrl.nn.GRUQNetwork.from_env`, any
+    [`AbstractRecurrentQNetwork`][eqxrl.nn.AbstractRecurrentQNetwork]), as
+    PQN-RNN: every agent keeps a carry in every world (`PQNVDNState.carry`),
+    reset where an episode starts; minibatches are whole worlds' sequences
+    (`num_minibatches` must divide `num_envs`), unrolled from the carries the
+    rollout started with, and every gradient step recomputes the team's
+    Q(lambda) targets from the unrolled values, gradients stopped
+    ([`sequence_loss`][eqxrl.multiagent.PQNVDN.sequence_loss]), as purejaxql
+    does. As in PQN-RNN, the last step bootstraps from the observation after the
+    rollout, and purejaxql's memory window and previous-action input are not
+    reproduced.
+
+    **Arguments:**
+
+    - `algorithm`: the PQN, configured on the multi-agent environment.
+    - `share_parameters`: one network for all agents (the agent index as an input).
+
+    Metrics per iteration: `episode_return` (`[num_agents]`),
+    `total_episode_return` (the team's return), `episode_length`,
+    `episode_count`, `td_loss`, `q_value` (mean `Q_tot` of the actions taken),
+    `epsilon`, `learning_rate`.
+
+    !!! example
+
+        ```python
+        env = eqxrl.envs.make("TreasureHunt-v0")
+        pqn_vdn = eqxrl.multiagent.PQNVDN(
+            eqxrl.PQN(env=env, num_envs=16, num_steps=32, total_timesteps=200_000)
+        )
+        state, metrics = pqn_vdn.train(jax.random.key(0))
+        metrics["total_episode_return"]  # [num_iterations]
+        policy = pqn_vdn.policy(state, deterministic=True)  # every agent
+
+        # GRU agents, one each.
+        pqn_vdn_rnn = eqxrl.multiagent.PQNVDN(
+            eqxrl.PQN(env=env, network_factory=eqxrl.nn.GRUQNetwork.from_env),
+            share_parameters=False,
+        )
+        ```
+    """
+
+    # Typed as any algorithm so that another one gets the explanation below.
+    algorithm: AbstractAlgorithm
+    share_parameters: bool = eqx.field(static=True, default=True)
+
+    def __check_init__(self):
+        if not isinstance(self.algorithm, PQN):
+            raise ValueError(
+                "PQNVDN: algorithm must be an eqxrl.PQN configured on the "
+                "multi-agent environment (its rollout, epochs, exploration and "
+                f"optimizer settings apply), got {type(self.algorithm).__name__}. "
+                "For DQN's agents, use eqxrl.multiagent.VDN."
+            )
+        self._check_team()
+
+    @property
+    def training_env(self) -> AbstractEnvironment:
+        """The worlds as they are stepped: `AutoReset(EpisodeStatistics(env))`."""
+        return AutoReset(EpisodeStatistics(self.env))
+
+    # ------------------------------------------------------------ team values
+    def greedy_team_value(
+        self,
+        agents: AbstractQNetwork,
+        observation: PyTree[Array],
+        action_mask: Bool[Array, "num_agents num_actions"] | None,
+    ) -> Float[Array, ""]:
+        """The team's greedy value in one world, what its targets bootstrap from:
+        the sum over agents of each agent's value of its greedy valid action,
+        `sum_i max_{a valid} Q_i(o_i, a)`.
+
+        **Arguments:**
+
+        - `agents`: the agents' network (as `PQNVDNState.agents`).
+        - `observation`: every agent's observation (`[num_agents, ...]` leaves).
+        - `action_mask`: every agent's valid actions, or `None` (all valid).
+        """
+        q_values = self.agent_q_values(agents, observation, jr.key(0))
+        return _greedy_team_value(q_values, action_mask)
+
+    def q_lambda_targets(
+        self,
+        rollout: PQNVDNRollout,
+        last_value: Float[Array, " num_envs"],
+    ) -> Float[Array, "num_steps num_envs"]:
+        """The team's Q(lambda) targets over a rollout: PQN's
+        ([`compute_q_lambda_returns`][eqxrl.algorithms.compute_q_lambda_returns])
+        on the team reward times `reward_scale`, each step bootstrapping from the
+        team's greedy value of the next step's observation (`last_value`, that of
+        the observation after the rollout, for the last step), of its final
+        observation where it truncated an episode, and from nothing where it
+        terminated one.
+
+        **Arguments:**
+
+        - `rollout`: the rollout (`[num_steps, num_envs, ...]` leaves).
+        - `last_value`: the team's greedy value of each world's observation after
+          the rollout.
+        """
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+        next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
+        next_values = jnp.where(
+            rollout.truncated, rollout.truncation_value, next_values
+        )
+        return compute_q_lambda_returns(
+            rollout.reward * pqn.reward_scale,
+            next_values,
+            rollout.terminated,
+            rollout.truncated,
+            pqn.gamma,
+            pqn.q_lambda,
+        )
+
+    def loss(
+        self,
+        agents: AbstractQNetwork,
+        observation: PyTree[Array],
+        action: Int[Array, "batch num_agents"],
+        target: Float[Array, " batch"],
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """`mean((Q_tot - target)^2)` over a minibatch of world steps, where
+        `Q_tot = sum_i Q_i(o_i, a_i)` is the sum of the agents' values of the
+        actions they took (purejaxql's loss, without PQN's factor 0.5), and the
+        mean `Q_tot` (`q_value`).
+
+        **Arguments:**
+
+        - `agents`: the agents' network.
+        - `observation`: every agent's observation in each world step (`[batch,
+          num_agents, ...]` leaves).
+        - `action`: every agent's action (int32).
+        - `target`: the team's Q(lambda) target of each world step.
+        """
+        mixer = SumMixer()
+
+        def one(observation: PyTree[Array], action: Int[Array, " num_agents"]):
+            q_total, _ = self.team_value(
+                agents, mixer, observation, None, action, jr.key(0)
+            )
+            return q_total
+
+        q_total = jax.vmap(one)(observation, action)
+        loss = jnp.mean(jnp.square(q_total - target))
+        return loss, {"td_loss": loss, "q_value": jnp.mean(q_total)}
+
+    def sequence_loss(
+        self,
+        agents: AbstractQNetwork,
+        carry: PyTree[Array],
+        sequences: PQNVDNRollout,
+        next_timestep: TimeStep,
+    ) -> tuple[Float[Array, ""], dict[str, Array]]:
+        """The loss of recurrent agents on a minibatch of whole worlds' sequences:
+        `mean((Q_tot - target)^2)` over their steps, and the mean `Q_tot`
+        (`q_value`).
+
+        Every agent unrolls each sequence from its carry, reset where an episode
+        starts, one step past its end (the observation after the rollout). As
+        purejaxql, the team's Q(lambda) targets
+        ([`q_lambda_targets`][eqxrl.multiagent.PQNVDN.q_lambda_targets]'s
+        recursion) come from these unrolled values, gradients stopped: the team's
+        greedy value of the next step's observation, or where a step truncated an
+        episode that of its final observation stored by the rollout.
+
+        **Arguments:**
+
+        - `agents`: the recurrent agents' network.
+        - `carry`: every agent's carry each sequence's first observation was read
+          with (before any reset), `[n, num_agents, ...]` leaves.
+        - `sequences`: a rollout's steps, worlds first (`[n, num_steps, ...]`
+          leaves), with `episode_start`.
+        - `next_timestep`: each world's timestep after the rollout (`[n, ...]`
+          leaves).
+        """
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+
+        def with_next(steps: Array, after: Array) -> Array:
+            return jnp.concatenate([steps, after[None]])
+
+        def one(carry, sequence: PQNVDNRollout, after: TimeStep):
+            observations = jtu.tree_map(
+                with_next, sequence.observation, after.observation
+            )
+            start = with_next(
+                sequence.episode_start,  # pyright: ignore[reportArgumentType]
+                after.terminated | after.truncated,
+            )
+            mask = jtu.tree_map(with_next, sequence.action_mask, after.action_mask)
+            # [num_steps + 1, num_agents, num_actions]
+            q_values = jnp.swapaxes(
+                self.agent_unroll(agents, carry, observations, start), 0, 1
+            )
+            greedy = jax.vmap(_greedy_team_value)(lax.stop_gradient(q_values), mask)
+            next_values = jnp.where(
+                sequence.truncated, sequence.truncation_value, greedy[1:]
+            )
+            taken = sequence.action[..., None]
+            chosen = jnp.take_along_axis(q_values[:-1], taken, axis=-1)[..., 0]
+            return jax.vmap(SumMixer())(chosen), next_values
+
+        q_total, next_values = jax.vmap(one)(carry, sequences, next_timestep)
+        # compute_q_lambda_returns runs over time first.
+        targets = compute_q_lambda_returns(
+            (sequences.reward * pqn.reward_scale).T,
+            next_values.T,
+            sequences.terminated.T,
+            sequences.truncated.T,
+            pqn.gamma,
+            pqn.q_lambda,
+        ).T
+        loss = jnp.mean(jnp.square(q_total - targets))
+        return loss, {"td_loss": loss, "q_value": jnp.mean(q_total)}
+
+    # ------------------------------------------------------------------ state
+    def init(self, key: PRNGKeyArray) -> PQNVDNState:
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+        agents_key, reset_key, state_key = jr.split(key, 3)
+        agents = self.make_agents(agents_key)
+        optimizer_state = pqn.make_optimizer().init(eqx.filter(agents, eqx.is_array))
+        env_state, timestep = jax.vmap(self.training_env.reset)(
+            jr.split(reset_key, self.num_envs)
+        )
+        carry = None
+        if self.recurrent:
+            carry = jtu.tree_map(
+                lambda x: jnp.broadcast_to(x, (self.num_envs, *x.shape)),
+                self.agent_initial_carry(agents),
+            )
+        return PQNVDNState(
+            agents=agents,
+            optimizer_state=optimizer_state,
+            env_state=env_state,
+            timestep=timestep,
+            key=state_key,
+            iteration=jnp.int32(0),
+            carry=carry,
+        )
+
+    def environment_axes(self, state: PQNVDNState) -> PyTree[int]:
+        """Worlds come first in the world states, the timesteps and recurrent
+        agents' carries."""
+        axes = super().environment_axes(state)
+        if state.carry is None:
+            return axes
+        return eqx.tree_at(
+            lambda tree: tree.carry, axes, jtu.tree_map(lambda _: 0, state.carry)
+        )
+
+    def policy(self, state: PQNVDNState, deterministic: bool = False) -> AbstractPolicy:
+        """The agents' joint policy (one multi-agent observation in, one action per
+        agent out; each agent reads its own observation): greedy
+        (`deterministic`) or epsilon-greedy with the exploration rate of `state`'s
+        iteration.
+
+        **Returns:**
+
+        A [`SharedPolicy`][eqxrl.multiagent.SharedPolicy] around the shared
+        network, or with `share_parameters=False` an
+        [`IndependentPolicy`][eqxrl.multiagent.IndependentPolicy].
+        """
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+        epsilon = jnp.float32(0.0) if deterministic else pqn.epsilon(state.iteration)
+        return self.joint_policy(state.agents, epsilon)
+
+    # -------------------------------------------------------------- iteration
+    def collect(
+        self, state: PQNVDNState, epsilon: Float[Array, ""], key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNVDNRollout]:
+        """`num_steps` epsilon-greedy steps of every world: the worlds' states and
+        timesteps after them, recurrent agents' carries after them (`None` for
+        feed-forward agents), and the rollout (with the team's greedy value of
+        each step, and of the final observation of each truncated episode).
+        Recurrent agents' carries flow from step to step, reset where an episode
+        starts; a truncated episode's final observation is read with the carries
+        of the episode's steps before it."""
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+        agents, num_envs, num_agents = state.agents, self.num_envs, self.num_agents
+        recurrent = state.carry is not None
+
+        def q_values(observation: PyTree[Array]) -> Array:
+            return self.agent_q_values(agents, observation, jr.key(0))  # not sampled
+
+        def truncation_value(final: TimeStep) -> Float[Array, ""]:
+            # A truncated episode could have gone on: its target bootstraps from
+            # the team's greedy value of the state it reached (AutoReset calls
+            # this with the final timestep, before the reset).
+            return _greedy_team_value(q_values(final.observation), final.action_mask)
+
+        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
+
+        def step_recurrent_world(env_state, action, key, agent_carry):
+            def truncation_value(final: TimeStep) -> Float[Array, ""]:
+                # As above, with the carries after the episode's last step read.
+                _, values = self.agent_step(agents, agent_carry, final.observation)
+                return _greedy_team_value(values, final.action_mask)
+
+            env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
+            return env.step(env_state, action, key)
+
+        choose = jax.vmap(
+            jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0)),
+            in_axes=(0, 0, None, 0),
+        )
+
+        def step(carry, step_key):
+            env_state, timestep, agent_carry = carry
+            uniform_key, env_key = random_split(step_key, 2)
+            env_keys = random_split(env_key, num_envs)
+            episode_start = None
+            if recurrent:
+                # A timestep that ended an episode shows the next one's first
+                # observation (AutoReset): the agents read it with initial carries.
+                episode_start = timestep.terminated | timestep.truncated
+                agent_carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
+                    agent_carry, self.agent_initial_carry(agents), episode_start
+                )
+                agent_carry, values = jax.vmap(
+                    lambda c, o: self.agent_step(agents, c, o)
+                )(agent_carry, timestep.observation)
+            else:
+                values = jax.vmap(q_values)(timestep.observation)
+            uniforms = random_uniform(uniform_key, (num_envs, num_agents))
+            action = choose(values, uniforms, epsilon, timestep.action_mask)
+            if recurrent:
+                env_state, next_timestep = jax.vmap(step_recurrent_world)(
+                    env_state, action, env_keys, agent_carry
+                )
+            else:
+                env_state, next_timestep = jax.vmap(env.step)(
+                    env_state, action, env_keys
+                )
+            extras = dict(next_timestep.extras)
+            rollout = PQNVDNRollout(
+                observation=timestep.observation,
+                action_mask=timestep.action_mask,
+                action=action,
+                reward=jnp.sum(next_timestep.reward, axis=-1),  # the team's
+                terminated=next_timestep.terminated,
+                truncated=next_timestep.truncated,
+                value=jax.vmap(_greedy_team_value)(values, timestep.action_mask),
+                truncation_value=extras.pop("at_truncation"),
+                extras={
+                    "episode_return": extras["episode_return"],
+                    "episode_length": extras["episode_length"],
+                },
+                episode_start=episode_start,
+            )
+            next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
+            return (env_state, next_timestep, agent_carry), rollout
+
+        # Epsilon-greedy actions are valid actions: the environment need not check.
+        with skip_action_checks():
+            (env_state, timestep, carry), rollout = filter_scan(
+                step,
+                (state.env_state, state.timestep, state.carry),
+                random_split(key, pqn.num_steps),
+            )
+        return env_state, timestep, carry, rollout
+
+    def train_iteration(
+        self, state: PQNVDNState
+    ) -> tuple[PQNVDNState, dict[str, Array]]:
+        """One rollout of `num_steps` x `num_envs` world steps, the team's Q(lambda)
+        targets, then `num_epochs` x `num_minibatches` gradient steps on the team
+        loss (PQN's [`learn`][eqxrl.PQN.learn]; with recurrent agents, on whole
+        worlds' sequences, the targets recomputed by each step).
+
+        **Returns:**
+
+        `(state, metrics)`: `episode_return` (`[num_agents]`, each agent's mean
+        return over the episodes that ended, NaN when none did),
+        `total_episode_return` (their sum, the team's return), `episode_length`,
+        `episode_count`, `td_loss` and `q_value` (means over the minibatch
+        updates), `epsilon`, `learning_rate`.
+        """
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+        key, collect_key, update_key = random_split(state.key, 3)
+        epsilon = pqn.epsilon(state.iteration)
+        env_state, timestep, carry, rollout = self.collect(state, epsilon, collect_key)
+        if state.carry is None:
+            last_value = jax.vmap(self.greedy_team_value, in_axes=(None, 0, 0))(
+                state.agents, timestep.observation, timestep.action_mask
+            )
+            targets = self.q_lambda_targets(rollout, last_value)
+            rows = jtu.tree_map(
+                lambda x: x.reshape(self.steps_per_iteration, *x.shape[2:]),
+                (rollout.observation, rollout.action, targets),
+            )
+            loss = self.loss
+        else:
+            # Rows are worlds, each with its whole sequence read from the carries
+            # the rollout started with; the last step bootstraps from the
+            # observation after the rollout.
+            sequences = jtu.tree_map(lambda x: jnp.swapaxes(x, 0, 1), rollout)
+            rows = (state.carry, sequences, timestep)
+            loss = self.sequence_loss
+        agents, optimizer_state, statistics = pqn.learn(
+            state.agents, state.optimizer_state, loss, rows, update_key
+        )
+        metrics = team_episode_metrics(
+            {
+                "done": rollout.terminated | rollout.truncated,
+                "episode_return": rollout.extras["episode_return"],
+                "episode_length": rollout.extras["episode_length"],
+            }
+        )
+        metrics.update(jtu.tree_map(jnp.mean, statistics))
+        metrics["epsilon"] = epsilon
+        metrics["learning_rate"] = pqn.current_learning_rate(optimizer_state)
+        state = PQNVDNState(
+            agents=agents,
+            optimizer_state=optimizer_state,
+            env_state=env_state,
+            timestep=timestep,
+            key=key,
+            iteration=state.iteration + 1,
+            carry=carry,
+        )
+        return state, metrics
+
+
+def _greedy_team_value(
+    q_values: Float[Array, "num_agents num_actions"],
+    action_mask: Bool[Array, "num_agents num_actions"] | None,
+) -> Float[Array, ""]:
+    """The sum over agents of each agent's value of its greedy valid action."""
+    actions = jax.vmap(greedy_action)(q_values, action_mask)
+    chosen = jnp.take_along_axis(q_values, actions[:, None], axis=1)[:, 0]
+    return SumMixer()(chosen)
