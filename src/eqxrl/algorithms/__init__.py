@@ -26,7 +26,12 @@ from ._ppo import (
     PPOState as PPOState,
     episode_metrics as episode_metrics,
 )
-from ._pqn import PQN as PQN, PQNRollout as PQNRollout, PQNState as PQNState
+from ._pqn import (
+    PQN as PQN,
+    PQNRollout as PQNRollout,
+    PQNState as PQNState,
+    epsilon_greedy_rollout as epsilon_greedy_rollout,
+)
 from ._q_learning import (
     AbstractQLearning as AbstractQLearning,
     QLearningState as QLearningState,

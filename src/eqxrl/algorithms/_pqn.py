@@ -123,6 +123,140 @@ def greedy_value(
     return q_values[greedy_action(q_values, action_mask)]
 
 
+def epsilon_greedy_rollout(
+    env: AbstractEnvironment,
+    env_state: PyTree,
+    timestep: TimeStep,
+    carry: PyTree[Array] | None,
+    epsilon: Float[Array, ""],
+    key: PRNGKeyArray,
+    num_steps: int,
+    *,
+    values: Callable[
+        [PyTree[Array] | None, PyTree[Array]], tuple[PyTree[Array] | None, Array]
+    ],
+    initial_carry: Callable[[], PyTree[Array]] | None,
+    greedy_value: Callable[[Array, Array | None], Float[Array, ""]],
+    choose: Callable[..., Array],
+    uniform_shape: tuple[int, ...] = (),
+    team_reward: Callable[[Array], Array] | None = None,
+    rollout_type: type = PQNRollout,
+) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PyTree]:
+    """PQN's rollout: `num_steps` epsilon-greedy steps of `num_envs` worlds (the
+    leading axis of `env_state` and `timestep`), keeping each step's greedy value
+    and, where a step truncated an episode, the greedy value of the episode's final
+    observation. What [`PQN`][eqxrl.PQN] and
+    [`PQNVDN`][eqxrl.multiagent.PQNVDN] (a team's values) both collect.
+
+    A recurrent network's carry flows from step to step, reset to
+    `initial_carry()` where the observation about to be read starts an episode; a
+    truncated episode's final observation is valued with the carry of the
+    episode's steps before it.
+
+    **Arguments:**
+
+    - `env`: the environment, without `AutoReset` (stepped as
+      `AutoReset(EpisodeStatistics(env))`).
+    - `env_state`, `timestep`: every world's state and latest timestep.
+    - `carry`: every world's carry (`[num_envs, ...]` leaves), or `None` for a
+      feed-forward network.
+    - `epsilon`: the exploration rate.
+    - `key`: a PRNG key.
+    - `num_steps`: steps per world.
+    - `values`: `values(carry, observation) -> (carry, q_values)` of one world
+      (`carry` is `None` for a feed-forward network, and returned as it came).
+    - `initial_carry`: a recurrent network's carry at an episode's start (unused,
+      and may be `None`, without a carry).
+    - `greedy_value`: `greedy_value(q_values, action_mask)`, the value a target
+      bootstraps from.
+    - `choose`: `choose(q_values, uniform, epsilon, action_mask) -> action` of one
+      world, from `uniform` draws of shape `uniform_shape`.
+    - `uniform_shape`: the shape of one world's uniform draws (e.g. one per agent).
+    - `team_reward`: maps one step's rewards (`[num_envs, ...]`) to the stored
+      reward (e.g. the sum over agents); `None` keeps them.
+    - `rollout_type`: the rollout class to fill (`PQNRollout`'s fields).
+
+    **Returns:**
+
+    `(env_state, timestep, carry, rollout)`: the worlds' states, timesteps and
+    carries after the steps, and the `[num_steps, num_envs, ...]` rollout.
+    """
+    num_envs = timestep.terminated.shape[0]
+    recurrent = carry is not None
+
+    def truncation_value(final: TimeStep) -> Float[Array, ""]:
+        # A truncated episode could have gone on: its target bootstraps from
+        # the greedy value of the state it reached (AutoReset calls this with
+        # the final timestep, before the reset).
+        return greedy_value(values(None, final.observation)[1], final.action_mask)
+
+    stepped = AutoReset(EpisodeStatistics(env), on_truncation=truncation_value)
+
+    def step_recurrent_world(world_state, action, world_key, world_carry):
+        def truncation_value(final: TimeStep) -> Float[Array, ""]:
+            # As above, with the carry after the episode's last step read.
+            _, q_values = values(world_carry, final.observation)
+            return greedy_value(q_values, final.action_mask)
+
+        world = AutoReset(EpisodeStatistics(env), on_truncation=truncation_value)
+        return world.step(world_state, action, world_key)
+
+    def step(scan_carry, step_key):
+        env_state, timestep, world_carry = scan_carry
+        keys = split(step_key, (num_envs, 2))
+        episode_start = None
+        if recurrent:
+            # A timestep that ended an episode shows the next one's first
+            # observation (AutoReset): it is read with the initial carry.
+            episode_start = timestep.terminated | timestep.truncated
+            world_carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
+                world_carry,
+                initial_carry(),  # pyright: ignore[reportOptionalCall]
+                episode_start,
+            )
+            world_carry, q_values = jax.vmap(values)(world_carry, timestep.observation)
+        else:
+            q_values = jax.vmap(lambda o: values(None, o)[1])(timestep.observation)
+        uniform = jax.vmap(lambda k: random_uniform(k, uniform_shape))(keys[:, 0])
+        action = jax.vmap(choose, in_axes=(0, 0, None, 0))(
+            q_values, uniform, epsilon, timestep.action_mask
+        )
+        if recurrent:
+            env_state, next_timestep = jax.vmap(step_recurrent_world)(
+                env_state, action, keys[:, 1], world_carry
+            )
+        else:
+            env_state, next_timestep = jax.vmap(stepped.step)(
+                env_state, action, keys[:, 1]
+            )
+        extras = dict(next_timestep.extras)
+        reward = next_timestep.reward
+        rollout = rollout_type(
+            observation=timestep.observation,
+            action_mask=timestep.action_mask,
+            action=action,
+            reward=reward if team_reward is None else team_reward(reward),
+            terminated=next_timestep.terminated,
+            truncated=next_timestep.truncated,
+            value=jax.vmap(greedy_value)(q_values, timestep.action_mask),
+            truncation_value=extras.pop("at_truncation"),
+            extras={
+                "episode_return": extras["episode_return"],
+                "episode_length": extras["episode_length"],
+            },
+            episode_start=episode_start,
+        )
+        next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
+        return (env_state, next_timestep, world_carry), rollout
+
+    # Epsilon-greedy actions are valid actions: the environment need not check.
+    with skip_action_checks():
+        (env_state, timestep, carry), rollout = filter_scan(
+            step, (env_state, timestep, carry), split(key, num_steps)
+        )
+    return env_state, timestep, carry, rollout
+
+
 class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     """Parallelised Q-Network (Gallici et al., 2024, "Simplifying Deep Temporal
     Difference Learning"): Q-learning from a vectorized rollout, without a replay
@@ -444,18 +578,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         env_state, timestep, carry, rollout = self._collect(state, epsilon, collect_key)
         if state.carry is None:
             last_value = self._greedy_values(state.network, timestep)
-            next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
-            next_values = jnp.where(
-                rollout.truncated, rollout.truncation_value, next_values
-            )
-            targets = compute_q_lambda_returns(
-                rollout.reward * self.reward_scale,
-                next_values,
-                rollout.terminated,
-                rollout.truncated,
-                self.gamma,
-                self.q_lambda,
-            )
+            targets = self.q_lambda_targets(rollout, last_value)
             rows = jtu.tree_map(
                 lambda x: x.reshape(self.steps_per_iteration, *x.shape[2:]),
                 (rollout.observation, rollout.action, targets),
@@ -490,6 +613,37 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         )
         return state, metrics
 
+    def q_lambda_targets(
+        self, rollout: PyTree, last_value: Float[Array, " num_envs"]
+    ) -> Float[Array, "num_steps num_envs"]:
+        """The Q(lambda) targets over a rollout
+        ([`compute_q_lambda_returns`][eqxrl.algorithms.compute_q_lambda_returns]):
+        its rewards times `reward_scale`, each step bootstrapping from the greedy
+        value of the next step's observation (`last_value`, that of the
+        observation after the rollout, for the last step), of its final
+        observation where it truncated an episode, and from nothing where it
+        terminated one.
+
+        **Arguments:**
+
+        - `rollout`: a [`PQNRollout`][eqxrl.algorithms.PQNRollout] (or a team's,
+          with the same fields), `[num_steps, num_envs, ...]` leaves.
+        - `last_value`: the greedy value of each environment's observation after
+          the rollout.
+        """
+        next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
+        next_values = jnp.where(
+            rollout.truncated, rollout.truncation_value, next_values
+        )
+        return compute_q_lambda_returns(
+            rollout.reward * self.reward_scale,
+            next_values,
+            rollout.terminated,
+            rollout.truncated,
+            self.gamma,
+            self.q_lambda,
+        )
+
     def _greedy_values(
         self, network: AbstractQNetwork, timestep: TimeStep
     ) -> Float[Array, " num_envs"]:
@@ -501,91 +655,29 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     def _collect(
         self, state: PQNState, epsilon: Float[Array, ""], key: PRNGKeyArray
     ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNRollout]:
-        """`num_steps` epsilon-greedy steps of every environment: the
-        environments' states, timesteps and (recurrent network) carries after
-        them, and the rollout. A recurrent network's carry flows from step to
-        step, reset where an episode starts; a truncated episode's final
-        observation is valued with the carry of the episode's steps before it."""
+        """`num_steps` epsilon-greedy steps of every environment
+        ([`epsilon_greedy_rollout`][eqxrl.algorithms.epsilon_greedy_rollout] with
+        the Q-network)."""
         network = state.network
-        recurrent = state.carry is not None
 
-        def q_values(observation: PyTree[Array]) -> Float[Array, " num_actions"]:
-            return network.q_values(observation, jr.key(0))  # not sampled
+        def values(carry: PyTree[Array] | None, observation: PyTree[Array]):
+            if carry is None:
+                return None, network.q_values(observation, jr.key(0))  # not sampled
+            return network.step(carry, observation)  # pyright: ignore[reportAttributeAccessIssue]
 
-        def truncation_value(final: TimeStep) -> Float[Array, ""]:
-            # A truncated episode could have gone on: its target bootstraps from
-            # the greedy value of the state it reached (AutoReset calls this with
-            # the final timestep, before the reset).
-            return greedy_value(q_values(final.observation), final.action_mask)
-
-        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
-
-        def step_recurrent_environment(env_state, action, key, network_carry):
-            def truncation_value(final: TimeStep) -> Float[Array, ""]:
-                # As above, with the carry after the episode's last step read.
-                _, values = network.step(network_carry, final.observation)  # pyright: ignore[reportAttributeAccessIssue]
-                return greedy_value(values, final.action_mask)
-
-            env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
-            return env.step(env_state, action, key)
-
-        def step(carry, step_key):
-            env_state, timestep, network_carry = carry
-            keys = split(step_key, (self.num_envs, 2))
-            episode_start = None
-            if recurrent:
-                # A timestep that ended an episode shows the next one's first
-                # observation (AutoReset): it is read with the initial carry.
-                episode_start = timestep.terminated | timestep.truncated
-                network_carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
-                    network_carry,
-                    network.initial_carry(),  # pyright: ignore[reportAttributeAccessIssue]
-                    episode_start,
-                )
-                network_carry, values = jax.vmap(network.step)(  # pyright: ignore[reportAttributeAccessIssue]
-                    network_carry, timestep.observation
-                )
-            else:
-                values = jax.vmap(q_values)(timestep.observation)
-            uniform = jax.vmap(lambda k: random_uniform(k, ()))(keys[:, 0])
-            action = jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0))(
-                values, uniform, epsilon, timestep.action_mask
-            )
-            if recurrent:
-                env_state, next_timestep = jax.vmap(step_recurrent_environment)(
-                    env_state, action, keys[:, 1], network_carry
-                )
-            else:
-                env_state, next_timestep = jax.vmap(env.step)(
-                    env_state, action, keys[:, 1]
-                )
-            extras = dict(next_timestep.extras)
-            rollout = PQNRollout(
-                observation=timestep.observation,
-                action_mask=timestep.action_mask,
-                action=action,
-                reward=next_timestep.reward,
-                terminated=next_timestep.terminated,
-                truncated=next_timestep.truncated,
-                value=jax.vmap(greedy_value)(values, timestep.action_mask),
-                truncation_value=extras.pop("at_truncation"),
-                extras={
-                    "episode_return": extras["episode_return"],
-                    "episode_length": extras["episode_length"],
-                },
-                episode_start=episode_start,
-            )
-            next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
-            return (env_state, next_timestep, network_carry), rollout
-
-        # Epsilon-greedy actions are valid actions: the environment need not check.
-        with skip_action_checks():
-            (env_state, timestep, carry), rollout = filter_scan(
-                step,
-                (state.env_state, state.timestep, state.carry),
-                split(key, self.num_steps),
-            )
-        return env_state, timestep, carry, rollout
+        return epsilon_greedy_rollout(
+            self.env,
+            state.env_state,
+            state.timestep,
+            state.carry,
+            epsilon,
+            key,
+            self.num_steps,
+            values=values,
+            initial_carry=getattr(network, "initial_carry", None),
+            greedy_value=greedy_value,
+            choose=epsilon_greedy_action,
+        )
 
     def loss(
         self,

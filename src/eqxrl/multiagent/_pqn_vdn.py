@@ -10,22 +10,24 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from .._filters import filter_scan
-from .._random import split as random_split, uniform as random_uniform
-from ..algorithms import PQN, AbstractAlgorithm, compute_q_lambda_returns
+from .._random import split as random_split
+from ..algorithms import (
+    PQN,
+    AbstractAlgorithm,
+    compute_q_lambda_returns,
+    epsilon_greedy_rollout,
+)
 from ..envs import (
     AbstractEnvironment,
     AutoReset,
     EpisodeStatistics,
     TimeStep,
-    skip_action_checks,
 )
 from ..nn import (
     AbstractPolicy,
     AbstractQNetwork,
     epsilon_greedy_action,
     greedy_action,
-    reset_carry,
 )
 from ._agents import team_episode_metrics
 from ._value_decomposition import AbstractTeamQLearning, SumMixer
@@ -231,18 +233,7 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
           the rollout.
         """
         pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
-        next_values = jnp.concatenate([rollout.value[1:], last_value[None]])
-        next_values = jnp.where(
-            rollout.truncated, rollout.truncation_value, next_values
-        )
-        return compute_q_lambda_returns(
-            rollout.reward * pqn.reward_scale,
-            next_values,
-            rollout.terminated,
-            rollout.truncated,
-            pqn.gamma,
-            pqn.q_lambda,
-        )
+        return pqn.q_lambda_targets(rollout, last_value)
 
     def loss(
         self,
@@ -399,96 +390,37 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
     def collect(
         self, state: PQNVDNState, epsilon: Float[Array, ""], key: PRNGKeyArray
     ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNVDNRollout]:
-        """`num_steps` epsilon-greedy steps of every world: the worlds' states and
-        timesteps after them, recurrent agents' carries after them (`None` for
-        feed-forward agents), and the rollout (with the team's greedy value of
-        each step, and of the final observation of each truncated episode).
-        Recurrent agents' carries flow from step to step, reset where an episode
-        starts; a truncated episode's final observation is read with the carries
-        of the episode's steps before it."""
+        """`num_steps` epsilon-greedy steps of every world (PQN's
+        [`epsilon_greedy_rollout`][eqxrl.algorithms.epsilon_greedy_rollout] with
+        the team's values): the worlds' states and timesteps after them,
+        recurrent agents' carries after them (`None` for feed-forward agents),
+        and the rollout (the team reward, and the team's greedy value of each
+        step and of the final observation of each truncated episode). Every agent
+        acts on its own observation, with its own uniform draw."""
         pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
-        agents, num_envs, num_agents = state.agents, self.num_envs, self.num_agents
-        recurrent = state.carry is not None
+        agents = state.agents
 
-        def q_values(observation: PyTree[Array]) -> Array:
-            return self.agent_q_values(agents, observation, jr.key(0))  # not sampled
+        def values(carry: PyTree[Array] | None, observation: PyTree[Array]):
+            if carry is None:
+                return None, self.agent_q_values(agents, observation, jr.key(0))
+            return self.agent_step(agents, carry, observation)
 
-        def truncation_value(final: TimeStep) -> Float[Array, ""]:
-            # A truncated episode could have gone on: its target bootstraps from
-            # the team's greedy value of the state it reached (AutoReset calls
-            # this with the final timestep, before the reset).
-            return _greedy_team_value(q_values(final.observation), final.action_mask)
-
-        env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
-
-        def step_recurrent_world(env_state, action, key, agent_carry):
-            def truncation_value(final: TimeStep) -> Float[Array, ""]:
-                # As above, with the carries after the episode's last step read.
-                _, values = self.agent_step(agents, agent_carry, final.observation)
-                return _greedy_team_value(values, final.action_mask)
-
-            env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
-            return env.step(env_state, action, key)
-
-        choose = jax.vmap(
-            jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0)),
-            in_axes=(0, 0, None, 0),
+        return epsilon_greedy_rollout(
+            self.env,
+            state.env_state,
+            state.timestep,
+            state.carry,
+            epsilon,
+            key,
+            pqn.num_steps,
+            values=values,
+            initial_carry=lambda: self.agent_initial_carry(agents),
+            greedy_value=_greedy_team_value,
+            choose=jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0)),
+            uniform_shape=(self.num_agents,),
+            team_reward=lambda reward: jnp.sum(reward, axis=-1),
+            rollout_type=PQNVDNRollout,
         )
-
-        def step(carry, step_key):
-            env_state, timestep, agent_carry = carry
-            uniform_key, env_key = random_split(step_key, 2)
-            env_keys = random_split(env_key, num_envs)
-            episode_start = None
-            if recurrent:
-                # A timestep that ended an episode shows the next one's first
-                # observation (AutoReset): the agents read it with initial carries.
-                episode_start = timestep.terminated | timestep.truncated
-                agent_carry = jax.vmap(reset_carry, in_axes=(0, None, 0))(
-                    agent_carry, self.agent_initial_carry(agents), episode_start
-                )
-                agent_carry, values = jax.vmap(
-                    lambda c, o: self.agent_step(agents, c, o)
-                )(agent_carry, timestep.observation)
-            else:
-                values = jax.vmap(q_values)(timestep.observation)
-            uniforms = random_uniform(uniform_key, (num_envs, num_agents))
-            action = choose(values, uniforms, epsilon, timestep.action_mask)
-            if recurrent:
-                env_state, next_timestep = jax.vmap(step_recurrent_world)(
-                    env_state, action, env_keys, agent_carry
-                )
-            else:
-                env_state, next_timestep = jax.vmap(env.step)(
-                    env_state, action, env_keys
-                )
-            extras = dict(next_timestep.extras)
-            rollout = PQNVDNRollout(
-                observation=timestep.observation,
-                action_mask=timestep.action_mask,
-                action=action,
-                reward=jnp.sum(next_timestep.reward, axis=-1),  # the team's
-                terminated=next_timestep.terminated,
-                truncated=next_timestep.truncated,
-                value=jax.vmap(_greedy_team_value)(values, timestep.action_mask),
-                truncation_value=extras.pop("at_truncation"),
-                extras={
-                    "episode_return": extras["episode_return"],
-                    "episode_length": extras["episode_length"],
-                },
-                episode_start=episode_start,
-            )
-            next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
-            return (env_state, next_timestep, agent_carry), rollout
-
-        # Epsilon-greedy actions are valid actions: the environment need not check.
-        with skip_action_checks():
-            (env_state, timestep, carry), rollout = filter_scan(
-                step,
-                (state.env_state, state.timestep, state.carry),
-                random_split(key, pqn.num_steps),
-            )
-        return env_state, timestep, carry, rollout
 
     def train_iteration(
         self, state: PQNVDNState
