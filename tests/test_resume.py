@@ -7,11 +7,9 @@ compiles), and resume through the `eqxrl` command line.
 
 import csv
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import equinox as eqx
@@ -21,6 +19,7 @@ import pytest
 
 import eqxrl
 from eqxrl.training._checkpoint import list_checkpoints
+from toy_training import kill_after_two_checkpoints
 
 # optax.adam computes `b1 ** count` with an int32 count.
 STANDARD_DTYPE_PROMOTION = True
@@ -159,37 +158,12 @@ KILLED_RUN = textwrap.dedent(
 ).format(options=repr(PPO_OPTIONS), every=CHECKPOINT_EVERY, seed=SEED)
 
 
-def kill_after_two_checkpoints(script, out, cache):
-    """Run `script` (a Trainer run writing to `out`) in a subprocess and SIGKILL it
-    once it has written two checkpoints."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, str(out)],
-        env=environment(cache),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 240
-    try:
-        while len(list_checkpoints(out / "checkpoints")) < 2:
-            assert child.poll() is None, child.stderr.read()
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.02)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.stderr.close()
-    assert child.returncode == -signal.SIGKILL
-
-
 def test_sigkill_mid_run_then_resume_gives_the_same_parameters(
     tmp_path, cache, reference
 ):
     out = tmp_path / "killed"
     out.mkdir()
-    kill_after_two_checkpoints(KILLED_RUN, out, cache)
+    kill_after_two_checkpoints(KILLED_RUN, out, environment(cache))
     saved = [i for i, _ in list_checkpoints(out / "checkpoints")]
     assert 16 not in saved and not (out / "policy.eqx").exists()  # killed mid-run
     logged = csv_iterations(out / "metrics.csv")
@@ -273,7 +247,7 @@ def test_sigkill_then_resume_of_a_recurrent_run_is_exact_hidden_states_included(
 
     out = tmp_path / "killed"
     out.mkdir()
-    kill_after_two_checkpoints(KILLED_RECURRENT_RUN, out, cache)
+    kill_after_two_checkpoints(KILLED_RECURRENT_RUN, out, environment(cache))
     saved = [i for i, _ in list_checkpoints(out / "checkpoints")]
     assert 8 not in saved and not (out / "policy.eqx").exists()  # killed mid-run
 

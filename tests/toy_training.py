@@ -6,7 +6,13 @@ iteration compiles in a fraction of PPO's time. `Corridor` is an environment wit
 `render`, for the GIF path.
 """
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -184,3 +190,31 @@ if "Corridor-test-v0" not in eqxrl.envs.registered_names():
     eqxrl.envs.register("BlindCorridor-test-v0", blind_corridor_v0)
 if "random_search" not in eqxrl.algorithms.algorithm_names():
     eqxrl.algorithms.register_algorithm("random_search", RandomSearch)
+
+
+def kill_after_two_checkpoints(script: str, out: Path, environment: dict) -> None:
+    """Run `script` (a Trainer run writing to `out`, its first argument) in a
+    subprocess with `environment` and SIGKILL it once it has written two
+    checkpoints."""
+    from eqxrl.training._checkpoint import list_checkpoints
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(out)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while len(list_checkpoints(out / "checkpoints")) < 2:
+            assert child.poll() is None, child.stderr.read()
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL

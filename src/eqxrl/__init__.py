@@ -35,6 +35,12 @@ else:
         training as training,
     )
 
+from ._export import (  # noqa: E402
+    ExportedPolicy as ExportedPolicy,
+    ExportError as ExportError,
+    check_export as check_export,
+    export_policy as export_policy,
+)
 from .algorithms import (  # noqa: E402
     DDPG as DDPG,
     DQN as DQN,

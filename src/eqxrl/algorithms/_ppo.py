@@ -20,6 +20,7 @@ from .._random import permutation as random_permutation, split
 from ..buffers import Transition
 from ..distributions import DiagonalGaussian, MaskedCategorical
 from ..envs import (
+    ENV_METRICS,
     AbstractEnvironment,
     AutoReset,
     Box,
@@ -1177,7 +1178,11 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         return of the episodes that ended during the iteration, NaN when none did),
         `episode_length`, `episode_count`, the losses (`total_loss`, `policy_loss`,
         `value_loss`), `entropy`, `approx_kl`, `clip_fraction` (averaged over all
-        minibatch updates) and `learning_rate` (of this iteration's last update).
+        minibatch updates) and `learning_rate` (of this iteration's last update);
+        and the environment's own metrics, from `extras["env_metrics"]`
+        ([`ENV_METRICS`][eqxrl.envs.ENV_METRICS]: e.g. the parameters a
+        [`DomainRandomization`][eqxrl.envs.DomainRandomization] samples), averaged
+        over every step of every environment.
         """
         key, collect_key, update_key = split(state.key, 3)
         env_state, timestep, carry, transitions, truncation_values = self._collect(
@@ -1446,11 +1451,16 @@ def episode_metrics(transitions: Transition) -> dict[str, Array]:
 
     Means are NaN when no episode ended.
     """
-    return ended_episode_metrics(
+    metrics = ended_episode_metrics(
         transitions.terminated | transitions.truncated,
         transitions.extras["episode_return"],
         transitions.extras["episode_length"],
     )
+    # The environment's own metrics (domain parameters, a curriculum's
+    # difficulty): their mean over every step of every environment.
+    for name, values in transitions.extras[ENV_METRICS].items():
+        metrics[name] = jnp.mean(values.astype(jnp.float32))
+    return metrics
 
 
 def _transition(
@@ -1473,5 +1483,6 @@ def _transition(
         extras={
             "episode_return": next_timestep.extras["episode_return"],
             "episode_length": next_timestep.extras["episode_length"],
+            ENV_METRICS: dict(next_timestep.extras.get(ENV_METRICS, {})),
         },
     )

@@ -12,7 +12,14 @@ from ._checks import (
     check_environment as check_environment,
     skip_action_checks as skip_action_checks,
 )
+from ._curriculum import (
+    Curriculum as Curriculum,
+    CurriculumProgress as CurriculumProgress,
+    CurriculumState as CurriculumState,
+    survived as survived,
+)
 from ._environment import (
+    ENV_METRICS as ENV_METRICS,
     FINAL_GLOBAL_STATE as FINAL_GLOBAL_STATE,
     GLOBAL_STATE as GLOBAL_STATE,
     AbstractEnvironment as AbstractEnvironment,
@@ -21,6 +28,10 @@ from ._environment import (
     global_state_space_of as global_state_space_of,
     num_agents_of as num_agents_of,
     unwrap as unwrap,
+)
+from ._randomization import (
+    DomainRandomization as DomainRandomization,
+    DomainRandomizationState as DomainRandomizationState,
 )
 from ._registry import (
     make as make,
@@ -73,6 +84,7 @@ from .interop import (
     ToBrax as ToBrax,
     ToBraxState as ToBraxState,
     ToGymnax as ToGymnax,
+    brax_randomization as brax_randomization,
     check_parity as check_parity,
     from_brax as from_brax,
     from_gymnasium as from_gymnasium,

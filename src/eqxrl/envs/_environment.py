@@ -20,6 +20,16 @@ FINAL_GLOBAL_STATE = "final_global_state"
 global state of the step that ended an episode (`extras["global_state"]` is then
 the new episode's), as it keeps `final_observation`."""
 
+ENV_METRICS = "env_metrics"
+"""The `TimeStep.extras` key of an environment's own metrics: a dict from names to
+float32 scalars that [`PPO`][eqxrl.PPO] averages over each rollout (every step of
+every environment) into its metrics under the same names.
+[`DomainRandomization`][eqxrl.envs.DomainRandomization] puts the sampled
+parameters there (`"domain_parameters/gravity"`, ...) and
+[`Curriculum`][eqxrl.envs.Curriculum] its difficulty (`"curriculum/difficulty"`).
+A wrapper that adds entries keeps those already there; like every extras key, it
+exists from `reset` on."""
+
 
 class AbstractEnvironment(eqx.Module, Generic[StateT]):
     """A pure-JAX environment: one environment, pure functions, no auto-reset.
@@ -94,6 +104,28 @@ class AbstractEnvironment(eqx.Module, Generic[StateT]):
         its result is unspecified: reset it (or wrap in `AutoReset`).
         """
 
+    def restart(self, state: StateT, key: PRNGKeyArray) -> tuple[StateT, TimeStep]:
+        """Start a new episode after the one in `state` has ended.
+
+        [`AutoReset`][eqxrl.envs.AutoReset] calls this rather than `reset`, so that
+        what outlives an episode (a [`Curriculum`][eqxrl.envs.Curriculum]'s
+        progress) can be read from the ended episode's state and kept. The default
+        is `reset(key)`: most environments keep nothing across episodes;
+        wrappers forward it to the environment they wrap
+        ([`AbstractWrapper.restart`][eqxrl.envs.AbstractWrapper.restart]).
+
+        **Arguments:**
+
+        - `state`: the state of the step that ended the episode.
+        - `key`: a PRNG key for the initial state.
+
+        **Returns:**
+
+        `(state, timestep)`, as `reset` returns them.
+        """
+        del state
+        return self.reset(key)
+
     def render(self, state: StateT) -> UInt8[Array, "height width 3"]:
         """Draw a state as an RGB image, in pure `jax.numpy` (optional).
 
@@ -159,6 +191,21 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
         """
         return state
 
+    def restart(self, state: PyTree, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        """This wrapper's `reset`, with the wrapped environment restarted from its
+        part of `state` (found with `inner_state`) instead of reset.
+
+        So a wrapper needs no code of its own for
+        [`restart`][eqxrl.envs.AbstractEnvironment.restart] to reach the
+        environments it wraps: `AutoReset(EpisodeStatistics(Curriculum(env)))`
+        restarts the curriculum through `EpisodeStatistics`. When no environment
+        inside overrides `restart`, it is `reset(key)` itself.
+        """
+        if not any(_keeps_progress(inner) for inner in unwrap(self.env)):
+            return self.reset(key)
+        restarting = _Restarting(self.env, self.inner_state(state))
+        return eqx.tree_at(lambda wrapper: wrapper.env, self, restarting).reset(key)
+
     def render(self, state: PyTree) -> UInt8[Array, "height width 3"]:
         """The wrapped environment's drawing of the inner state."""
         return self.env.render(self.inner_state(state))
@@ -203,6 +250,29 @@ class AbstractWrapper(AbstractEnvironment[StateT]):
                 "wrapped or not: None for a single-agent one."
             )
         return num_agents
+
+
+def _keeps_progress(env: AbstractEnvironment) -> bool:
+    """Whether `env` has a `restart` of its own (one that is not `reset`)."""
+    return type(env).restart not in (
+        AbstractEnvironment.restart,
+        AbstractWrapper.restart,
+    )
+
+
+class _Restarting(AbstractWrapper):
+    """An environment whose `reset` restarts it from `state` (what
+    `AbstractWrapper.restart` puts in place of the wrapped environment while it
+    calls the wrapper's own `reset`)."""
+
+    env: AbstractEnvironment
+    state: PyTree
+
+    def reset(self, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        return self.env.restart(self.state, key)
+
+    def step(self, state: PyTree, action, key: PRNGKeyArray) -> tuple[PyTree, TimeStep]:
+        return self.env.step(state, action, key)
 
 
 class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):

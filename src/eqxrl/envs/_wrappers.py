@@ -136,7 +136,11 @@ class AutoReset(AbstractWrapper):
     (`extras["global_state"]`, see
     [`global_state_space`][eqxrl.envs.AbstractMultiAgentEnvironment.global_state_space])
     is part of what a reset renews, like the observation: it is the fresh episode's,
-    and the pre-reset one is kept in `extras["final_global_state"]`.
+    and the pre-reset one is kept in `extras["final_global_state"]`. The new
+    episode comes from the wrapped environment's
+    [`restart`][eqxrl.envs.AbstractEnvironment.restart] (its `reset`, unless
+    something inside keeps progress across episodes, as a
+    [`Curriculum`][eqxrl.envs.Curriculum] does).
 
     On the CPU the reset is lazy: it runs in a `lax.cond`, only on steps where the
     episode ended. Under `vmap` (environments, seeds, hyperparameters) the
@@ -195,7 +199,10 @@ class AutoReset(AbstractWrapper):
         nothing = None if hook is None else self._nothing(timestep)
 
         def episode_ended(eager: bool = False):
-            reset_state, reset_timestep = self.env.reset(reset_key)
+            # `restart`, not `reset`: what outlives an episode (a curriculum's
+            # progress) is read from the ended one; for every other environment
+            # it is `reset`.
+            reset_state, reset_timestep = self.env.restart(state, reset_key)
             fresh = (
                 reset_state,
                 reset_timestep.observation,
@@ -290,8 +297,13 @@ class ClipAction(AbstractWrapper):
     def step(
         self, state: PyTree, action: Float[Array, "..."], key: PRNGKeyArray
     ) -> tuple[PyTree, TimeStep]:
+        return self.env.step(state, self.transform_action(action), key)
+
+    def transform_action(self, action: Float[Array, "..."]) -> Float[Array, "..."]:
+        """The action the wrapped environment receives: clipped to its bounds
+        ([`export_policy`][eqxrl.export_policy] folds this into the policy)."""
         space = self.env.action_space
-        return self.env.step(state, jnp.clip(action, space.low, space.high), key)
+        return jnp.clip(action, space.low, space.high)
 
 
 class RescaleAction(AbstractWrapper):
@@ -334,13 +346,17 @@ class RescaleAction(AbstractWrapper):
     def step(
         self, state: PyTree, action: Float[Array, "..."], key: PRNGKeyArray
     ) -> tuple[PyTree, TimeStep]:
+        return self.env.step(state, self.transform_action(action), key)
+
+    def transform_action(self, action: Float[Array, "..."]) -> Float[Array, "..."]:
+        """The action the wrapped environment receives: clipped to `[low, high]`,
+        then mapped linearly onto its bounds
+        ([`export_policy`][eqxrl.export_policy] folds this into the policy)."""
         space = self.env.action_space
         fraction = (jnp.clip(action, self.low, self.high) - self.low) / (
             self.high - self.low
         )
-        return self.env.step(
-            state, space.low + fraction * (space.high - space.low), key
-        )
+        return space.low + fraction * (space.high - space.low)
 
 
 def _as_indices(value: int | Iterable) -> tuple:

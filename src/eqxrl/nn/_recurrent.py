@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
 from .._filters import filter_scan
@@ -197,12 +198,14 @@ def check_carry(owner: str, carry: Any, expected: Any) -> None:
 
     def describe(tree: Any) -> str:
         shapes = ", ".join(
-            f"{name}={list(jnp.shape(leaf))}" for name, leaf in _named_leaves(tree)
+            f"{name}={list(np.shape(leaf))}" for name, leaf in _named_leaves(tree)
         )
         return f"{type(tree).__name__}({shapes})"
 
     def signature(tree: Any) -> list[tuple[str, tuple[int, ...]]]:
-        return [(name, jnp.shape(leaf)) for name, leaf in _named_leaves(tree)]
+        # np.shape: static under every tracer (jax2onnx's tracing patches
+        # jnp.shape to return an array).
+        return [(name, np.shape(leaf)) for name, leaf in _named_leaves(tree)]
 
     if type(carry) is not type(expected) or signature(carry) != signature(expected):
         raise ValueError(

@@ -735,6 +735,47 @@ def _loggers(log: str, out: Path, resume: bool, wandb_project: str) -> tuple:
 # --------------------------------------------------------------------------------------
 
 
+def _load_policies(
+    path: Path, deterministic: bool
+) -> tuple[Path, dict[str, Any], Any, list[Any]]:
+    """A checkpoint, policy file or run folder's policies (one per seed of a
+    `--seeds` run): `(resolved path, header, environment, policies)`."""
+    try:
+        if (
+            path.is_dir()
+            and (path / "policy.eqx").is_file()
+            and not list((path / "checkpoints").glob("checkpoint-*.eqx"))
+        ):
+            path = path / "policy.eqx"
+        path = resolve_checkpoint(path)
+        header = read_checkpoint_header(path)
+        algorithm = algorithm_from_config(header["config"])
+    except (CheckpointError, ValueError) as error:
+        raise _CommandError(str(error)) from None
+    batch_shape = header.get("batch_shape", [])
+    try:
+        if header.get("kind") == "policy":
+            policies = [load_policy(path, deterministic=deterministic)]
+        elif batch_shape:
+            import equinox as eqx
+            import jax
+
+            state, algorithm, _ = load_training_state(path)
+            policies = [
+                algorithm.policy(
+                    jax.tree.map(lambda x, i=i: x[i] if eqx.is_array(x) else x, state),
+                    deterministic,
+                )
+                for i in range(batch_shape[0])
+            ]
+        else:
+            state, algorithm, _ = load_training_state(path)
+            policies = [algorithm.policy(state, deterministic)]
+    except CheckpointError as error:
+        raise _CommandError(str(error)) from None
+    return path, header, algorithm.env, policies
+
+
 def _eval(argv: Sequence[str]) -> int:
     parser = _Parser(
         prog="eqxrl eval",
@@ -787,45 +828,11 @@ def _eval(argv: Sequence[str]) -> int:
         write_gif as write_gif_file,
     )
 
-    path = Path(args.checkpoint)
-    try:
-        if (
-            path.is_dir()
-            and (path / "policy.eqx").is_file()
-            and not list((path / "checkpoints").glob("checkpoint-*.eqx"))
-        ):
-            path = path / "policy.eqx"
-        path = resolve_checkpoint(path)
-        header = read_checkpoint_header(path)
-        algorithm = algorithm_from_config(header["config"])
-    except (CheckpointError, ValueError) as error:
-        raise _CommandError(str(error)) from None
-    env = algorithm.env
-    if args.gif and renderer(env) is None:
-        raise _CommandError(f"--gif: {no_render_message(env)} Drop --gif.")
     deterministic = not args.stochastic
     key = jr.key(args.seed)
-    batch_shape = header.get("batch_shape", [])
-    try:
-        if header.get("kind") == "policy":
-            policies = [load_policy(path, deterministic=deterministic)]
-        elif batch_shape:
-            import equinox as eqx
-            import jax
-
-            state, algorithm, _ = load_training_state(path)
-            policies = [
-                algorithm.policy(
-                    jax.tree.map(lambda x, i=i: x[i] if eqx.is_array(x) else x, state),
-                    deterministic,
-                )
-                for i in range(batch_shape[0])
-            ]
-        else:
-            state, algorithm, _ = load_training_state(path)
-            policies = [algorithm.policy(state, deterministic)]
-    except CheckpointError as error:
-        raise _CommandError(str(error)) from None
+    path, header, env, policies = _load_policies(Path(args.checkpoint), deterministic)
+    if args.gif and renderer(env) is None:
+        raise _CommandError(f"--gif: {no_render_message(env)} Drop --gif.")
 
     results = [
         evaluate(
@@ -964,13 +971,123 @@ def _list(argv: Sequence[str]) -> int:
     return 0
 
 
-_COMMANDS = {"train": _train, "eval": _eval, "plot": _plot, "list": _list}
-_USAGE = """usage: eqxrl {train,eval,plot,list} ...
+def _export(argv: Sequence[str]) -> int:
+    parser = _Parser(
+        prog="eqxrl export",
+        description="Export a trained policy to ONNX or StableHLO, to run without "
+        "eqxrl (onnxruntime on a robot's computer, or jax.export): one batched "
+        "function of raw observations, the normalizer, the greedy or sampled choice "
+        "and the environment's action wrappers folded in; a JSON file beside it "
+        "names its inputs and outputs. The file's actions are then checked against "
+        "eqxrl's on random observations.",
+    )
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint file, a policy.eqx, or a run folder (its latest checkpoint)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("onnx", "stablehlo"),
+        default="onnx",
+        help="onnx (default; needs the `export` extra) or stablehlo",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help="the file to write (default: policy.onnx or policy.stablehlo in the run "
+        "folder, or beside the checkpoint)",
+    )
+    parser.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="export the sampling policy (StableHLO only) instead of the greedy one",
+    )
+    parser.add_argument(
+        "--seed-index",
+        type=int,
+        default=0,
+        metavar="I",
+        help="which seed of a --seeds run to export (default: 0)",
+    )
+    parser.add_argument(
+        "--check",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="random observations to check the file's actions on (default: 10000; "
+        "0 skips the check)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    args = parser.parse_args(argv)
+    if args.check < 0:
+        parser.error("--check must be at least 0.")
+
+    import jax.random as jr
+
+    from .._export import ExportError, check_export, export_policy
+
+    path, _, env, policies = _load_policies(
+        Path(args.checkpoint), deterministic=not args.stochastic
+    )
+    if not 0 <= args.seed_index < len(policies):
+        raise _CommandError(
+            f"--seed-index {args.seed_index}: this run has {len(policies)} seed(s)."
+        )
+    policy = policies[args.seed_index]
+    suffix = {"onnx": ".onnx", "stablehlo": ".stablehlo"}[args.format]
+    if args.out is not None:
+        out = Path(args.out)
+    else:
+        folder = (
+            path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        )
+        out = folder / f"policy{suffix}"
+    try:
+        metadata = export_policy(policy, out, args.format, env=env)
+        difference = (
+            check_export(out, policy, env, jr.key(0), args.check)
+            if args.check
+            else None
+        )
+    except ExportError as error:
+        raise _CommandError(str(error)) from None
+    report = {
+        "checkpoint": str(path),
+        "file": str(out),
+        "description": f"{out}.json",
+        "format": args.format,
+        "inputs": metadata["inputs"],
+        "outputs": metadata["outputs"],
+        "checked_observations": args.check,
+        "max_abs_difference": difference,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        names = ", ".join(entry["name"] for entry in metadata["inputs"])
+        print(f"wrote {out} ({args.format}; inputs {names}) and {out}.json")
+        if difference is not None:
+            print(
+                f"  checked on {args.check} random observations: largest difference "
+                f"from eqxrl's actions {difference:.3g}"
+            )
+    return 0
+
+
+_COMMANDS = {
+    "train": _train,
+    "eval": _eval,
+    "export": _export,
+    "plot": _plot,
+    "list": _list,
+}
+_USAGE = """usage: eqxrl {train,eval,export,plot,list} ...
 
   eqxrl train ENV --algo ppo --total-timesteps N --seed S --out DIR
               [--checkpoint-every ITERATIONS] [--resume] [--config FILE]
               [--devices N|all] [--distributed] [--flag value ...]
   eqxrl eval CHECKPOINT [--episodes N] [--gif out.gif]
+  eqxrl export RUN_DIR [--format onnx|stablehlo] [--out FILE]
   eqxrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
   eqxrl list
 

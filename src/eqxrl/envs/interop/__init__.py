@@ -9,6 +9,7 @@ from ._brax import (
     from_brax as from_brax,
     to_brax as to_brax,
 )
+from ._brax_randomization import brax_randomization as brax_randomization
 from ._gymnasium import (
     FromGymnasium as FromGymnasium,
     FromGymnasiumState as FromGymnasiumState,

@@ -1,0 +1,329 @@
+"""DomainRandomization: parameters sampled per environment and per episode, applied
+at every step, visible in PPO's metrics; held-out evaluation; Brax / Playground
+randomization functions taken as they are."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqxrl
+from eqxrl.envs import (
+    ENV_METRICS,
+    AutoReset,
+    CartPole,
+    DomainRandomization,
+    TimeLimit,
+)
+
+# PPO runs optax's Adam (a float raised to an int32 count).
+STANDARD_DTYPE_PROMOTION = True
+
+TINY_PPO = dict(
+    num_envs=4,
+    num_steps=16,
+    total_timesteps=4 * 16 * 3,  # 3 iterations
+    num_epochs=1,
+    num_minibatches=2,
+    hidden_sizes=(8,),
+)
+
+
+def gravity_between(low, high):
+    def sample_fn(key):
+        return {"gravity": jr.uniform(key, (), minval=low, maxval=high)}
+
+    return sample_fn
+
+
+def sample_physics(key):
+    gravity_key, mass_key = jr.split(key)
+    return {
+        "gravity": jr.uniform(gravity_key, (), minval=5.0, maxval=15.0),
+        "pole_mass": jr.uniform(mass_key, (), minval=0.05, maxval=0.5),
+    }
+
+
+def test_parameters_differ_across_environments_and_lie_in_range():
+    env = DomainRandomization(CartPole(), sample_physics)
+    states, timesteps = jax.vmap(env.reset)(jr.split(jr.key(0), 16))
+    gravity = np.asarray(states.parameters["gravity"])
+    mass = np.asarray(states.parameters["pole_mass"])
+    assert gravity.dtype == np.float32 and gravity.shape == (16,)
+    assert len(np.unique(gravity)) == 16 and len(np.unique(mass)) == 16
+    assert ((5.0 <= gravity) & (gravity <= 15.0)).all()
+    assert ((0.05 <= mass) & (mass <= 0.5)).all()
+    # Visible from reset on, under flattened names.
+    metrics = timesteps.extras[ENV_METRICS]
+    assert set(metrics) == {"domain_parameters/gravity", "domain_parameters/pole_mass"}
+    np.testing.assert_array_equal(metrics["domain_parameters/gravity"], gravity)
+
+
+def test_step_uses_the_parameters():
+    """A pole under doubled gravity falls exactly as in a CartPole built with it."""
+    env = DomainRandomization(CartPole(), lambda key: {"gravity": jnp.float32(19.6)})
+    start, _ = env.reset(jr.key(0))
+    action = jnp.int32(0)
+    state, timestep = env.step(start, action, jr.key(1))
+    heavy, _ = CartPole(gravity=19.6).step(start.env_state, action, jr.key(1))
+    light, _ = CartPole().step(start.env_state, action, jr.key(1))
+    np.testing.assert_array_equal(state.env_state.physics, heavy.physics)
+    assert not np.array_equal(heavy.physics, light.physics)
+    assert timestep.extras[ENV_METRICS]["domain_parameters/gravity"] == np.float32(19.6)
+
+
+def test_parameters_are_resampled_per_episode_under_auto_reset():
+    env = AutoReset(DomainRandomization(TimeLimit(CartPole(), 2), sample_physics))
+
+    @jax.jit
+    def run(key):
+        state, _ = env.reset(key)
+
+        def body(state, key):
+            state, timestep = env.step(state, jnp.int32(0), key)
+            return state, (state.parameters["gravity"], timestep.truncated)
+
+        return jax.lax.scan(body, state, jr.split(jr.fold_in(key, 1), 6))[1]
+
+    gravity, truncated = run(jr.key(0))
+    # Episodes of two steps: the state after steps 1, 3 and 5 (counting from 0)
+    # starts a new episode, with new parameters kept for the episode.
+    assert truncated.tolist() == [False, True] * 3
+    gravity = np.asarray(gravity)
+    assert gravity[1] == gravity[2] and gravity[3] == gravity[4]
+    assert len(np.unique(gravity[[0, 1, 3, 5]])) == 4
+
+
+def test_check_environment_accepts_it():
+    eqxrl.envs.check_environment(
+        DomainRandomization(eqxrl.envs.make("CartPole-v1"), sample_physics)
+    )
+
+
+def test_unknown_field_is_named_with_the_fields_there_are():
+    with pytest.raises(ValueError, match="'gravty', which is not an array field of "):
+        DomainRandomization(CartPole(), lambda key: {"gravty": jnp.float32(1.0)})
+    with pytest.raises(ValueError, match="cart_mass, force_magnitude, gravity"):
+        DomainRandomization(CartPole(), lambda key: {"gravty": jnp.float32(1.0)})
+
+
+def test_wrong_shape_and_wrong_type_say_what_to_return():
+    with pytest.raises(ValueError, match=r"'gravity' of shape \(2,\).*shape \(\)"):
+        DomainRandomization(CartPole(), lambda key: {"gravity": jnp.ones(2)})
+    with pytest.raises(ValueError, match="must return a non-empty dict"):
+        DomainRandomization(CartPole(), lambda key: jnp.float32(1.0))
+
+
+def test_custom_apply_fn_sets_anything():
+    def apply_fn(env, scale):
+        return eqx.tree_at(
+            lambda e: (e.pole_mass, e.pole_half_length),
+            env,
+            (env.pole_mass * scale, env.pole_half_length * scale),
+        )
+
+    env = DomainRandomization(
+        CartPole(),
+        lambda key: jr.uniform(key, (), minval=2.0, maxval=3.0),
+        apply_fn=apply_fn,
+    )
+    state, timestep = env.reset(jr.key(0))
+    scale = float(state.parameters)
+    assert 2.0 <= scale <= 3.0
+    scaled = env.environment(state.parameters)
+    assert float(scaled.pole_mass) == pytest.approx(0.1 * scale)
+    assert float(scaled.pole_half_length) == pytest.approx(0.5 * scale)
+    assert list(timestep.extras[ENV_METRICS]) == ["domain_parameters/value"]
+
+
+def test_ppo_metrics_report_the_sampled_parameters():
+    env = DomainRandomization(eqxrl.envs.make("CartPole-v1"), gravity_between(5, 6))
+    ppo = eqxrl.PPO(env=env, **TINY_PPO)
+    state, metrics = ppo.train(jr.key(0))
+    gravity = np.asarray(metrics["domain_parameters/gravity"])
+    assert gravity.shape == (3,)
+    assert ((5.0 <= gravity) & (gravity <= 6.0)).all()
+    # Every environment holds its own draw in the training state.
+    held = np.asarray(state.env_state.env_state.parameters["gravity"])
+    assert held.shape == (4,) and len(np.unique(held)) == 4
+
+
+def time_step_between(low, high):
+    def sample_fn(key):
+        return {"time_step": jr.uniform(key, (), minval=low, maxval=high)}
+
+    return sample_fn
+
+
+def test_held_out_evaluation_samples_from_the_held_out_sampler():
+    train_env = DomainRandomization(
+        TimeLimit(CartPole(), 50), time_step_between(0.02, 0.021)
+    )
+    # Held out: a time step so short that nothing moves in 50 steps.
+    held_out = train_env.with_sample_fn(time_step_between(1e-5, 2e-5))
+    assert held_out.env is train_env.env
+    states, _ = jax.vmap(held_out.reset)(jr.split(jr.key(0), 8))
+    time_step = np.asarray(states.parameters["time_step"])
+    assert ((1e-5 <= time_step) & (time_step <= 2e-5)).all()
+
+    ppo = eqxrl.PPO(env=train_env, **TINY_PPO)
+    policy = ppo.policy(ppo.init(jr.key(0)), deterministic=True)
+    usual = eqxrl.training.evaluate(policy, train_env, jr.key(1), num_episodes=8)
+    frozen = eqxrl.training.evaluate(policy, held_out, jr.key(1), num_episodes=8)
+    assert np.asarray(frozen.lengths).tolist() == [50] * 8
+    assert np.asarray(usual.lengths).max() < 50
+
+
+# ------------------------------------------------------------------ Brax / Playground
+
+
+class FakeSystem(eqx.Module):
+    """A stand-in for a Brax `System` (or an MJX `Model`)."""
+
+    gravity: jax.Array
+    friction: jax.Array
+
+
+class FakeState(eqx.Module):
+    pipeline_state: jax.Array
+    obs: jax.Array
+    reward: jax.Array
+    done: jax.Array
+    metrics: dict
+    info: dict
+
+
+class FakeBraxEnv:
+    """A Brax-like environment whose dynamics read `self.sys`, as Brax's do."""
+
+    action_size = 1
+
+    def __init__(self):
+        self.sys = FakeSystem(jnp.float32(9.8), jnp.ones(3, jnp.float32))
+
+    def reset(self, rng):
+        obs = jnp.zeros(2, jnp.float32)
+        zero = jnp.float32(0.0)
+        return FakeState(obs, obs, zero, zero, {}, {"truncation": zero})
+
+    def step(self, state, action):
+        velocity = state.obs[1] + 0.1 * (
+            action[0] * jnp.sum(self.sys.friction) - self.sys.gravity
+        )
+        obs = jnp.stack([state.obs[0] + 0.1 * velocity, velocity])
+        zero = jnp.float32(0.0)
+        return FakeState(obs, obs, -jnp.abs(obs[0]), zero, {}, {"truncation": zero})
+
+
+class FakeWrapper:
+    """A stand-in for Brax's `Wrapper` (attributes forwarded to `env`)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        if name == "__setstate__":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def reset(self, rng):
+        return self.env.reset(rng)
+
+    def step(self, state, action):
+        return self.env.step(state, action)
+
+
+def fake_randomization_fn(sys, rng):
+    """Brax's convention: a batch of keys in, the batched system and its in_axes out
+    (here gravity and friction randomized)."""
+
+    @jax.vmap
+    def draw(rng):
+        gravity_key, friction_key = jr.split(rng)
+        gravity = jr.uniform(gravity_key, (), minval=5.0, maxval=15.0)
+        friction = jr.uniform(friction_key, (3,), minval=0.5, maxval=1.5)
+        return gravity, friction
+
+    gravity, friction = draw(rng)
+    return FakeSystem(gravity, friction), FakeSystem(0, 0)
+
+
+def gravity_only_randomization_fn(sys, rng):
+    gravity = jax.vmap(lambda k: jr.uniform(k, (), minval=20.0, maxval=30.0))(rng)
+    return FakeSystem(gravity, sys.friction), FakeSystem(0, None)
+
+
+def test_brax_randomization_samples_per_environment_and_steps_with_it():
+    brax_env = FakeWrapper(FakeBraxEnv())
+    env = eqxrl.envs.brax_randomization(
+        TimeLimit(eqxrl.envs.from_brax(brax_env), 10), fake_randomization_fn
+    )
+    eqxrl.envs.check_environment(env)
+    states, timesteps = jax.vmap(env.reset)(jr.split(jr.key(0), 8))
+    gravity = np.asarray(states.parameters["gravity"])
+    friction = np.asarray(states.parameters["friction"])
+    assert gravity.shape == (8,) and friction.shape == (8, 3)
+    assert len(np.unique(gravity)) == 8
+    assert ((5.0 <= gravity) & (gravity <= 15.0)).all()
+    metrics = timesteps.extras[ENV_METRICS]
+    np.testing.assert_allclose(
+        metrics["domain_parameters/friction"], friction.mean(axis=1), rtol=1e-6
+    )
+
+    actions = jnp.ones((8, 1), jnp.float32)
+    states, timesteps = jax.jit(jax.vmap(env.step))(
+        states, actions, jr.split(jr.key(1), 8)
+    )
+    # The fake dynamics: velocity = 0.1 * (sum(friction) - gravity) after one step.
+    expected = 0.1 * (friction.sum(axis=1) - gravity)
+    np.testing.assert_allclose(timesteps.observation[:, 1], expected, rtol=1e-5)
+    # The Brax environment given is left as it was.
+    assert float(brax_env.env.sys.gravity) == pytest.approx(9.8)
+
+
+def test_brax_randomization_keeps_only_the_leaves_it_batches():
+    env = eqxrl.envs.brax_randomization(
+        eqxrl.envs.from_brax(FakeBraxEnv()), gravity_only_randomization_fn
+    )
+    state, timestep = env.reset(jr.key(0))
+    assert set(state.parameters) == {"gravity"}
+    assert 20.0 <= float(state.parameters["gravity"]) <= 30.0
+    assert list(timestep.extras[ENV_METRICS]) == ["domain_parameters/gravity"]
+
+
+def test_brax_randomization_refuses_other_environments():
+    with pytest.raises(ValueError, match="not a FromBrax"):
+        eqxrl.envs.brax_randomization(CartPole(), fake_randomization_fn)
+
+
+@pytest.mark.filterwarnings("ignore:JAXopt:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Brax System:UserWarning")
+@pytest.mark.filterwarnings("ignore:Accessing .* from `Data`:DeprecationWarning")
+def test_brax_own_randomization_function():
+    """A randomization function as Brax's trainers take it, on a real Brax
+    environment (only where Brax is installed)."""
+    pytest.importorskip("brax")
+    from brax import envs
+
+    def randomization_fn(sys, rng):
+        @jax.vmap
+        def scale(rng):
+            return sys.gravity * jr.uniform(rng, (), minval=0.5, maxval=1.5)
+
+        gravity = scale(rng)
+        in_axes = jax.tree.map(lambda _: None, sys)
+        in_axes = in_axes.tree_replace({"gravity": 0})
+        return sys.tree_replace({"gravity": gravity}), in_axes
+
+    brax_env = envs.get_environment("inverted_pendulum", backend="generalized")
+    env = eqxrl.envs.brax_randomization(
+        TimeLimit(eqxrl.envs.from_brax(brax_env), 20), randomization_fn
+    )
+    eqxrl.envs.check_environment(env)
+    states, _ = jax.vmap(env.reset)(jr.split(jr.key(0), 2))
+    gravity = np.asarray(states.parameters["gravity"])
+    assert gravity.shape == (2, 3) and not np.array_equal(gravity[0], gravity[1])
+    action = jnp.zeros((2, brax_env.action_size), jnp.float32)
+    jax.vmap(env.step)(states, action, jr.split(jr.key(1), 2))
