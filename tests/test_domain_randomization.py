@@ -150,6 +150,42 @@ def test_ppo_metrics_report_the_sampled_parameters():
     assert held.shape == (4,) and len(np.unique(held)) == 4
 
 
+def test_off_policy_metrics_report_the_sampled_parameters():
+    """SAC (the off-policy loop) and DQN (the Q-learning loop) average the
+    parameters into their metrics too."""
+
+    def pendulum_gravity(key):
+        return {"gravity": jr.uniform(key, (), minval=12.0, maxval=13.0)}
+
+    pendulum = DomainRandomization(eqxrl.envs.make("Pendulum-v1"), pendulum_gravity)
+    sac = eqxrl.SAC(
+        env=pendulum,
+        num_envs=2,
+        total_timesteps=64,
+        learning_starts=16,
+        batch_size=8,
+        hidden_sizes=(8,),
+    )
+    _, metrics = sac.train(jr.key(0))
+    gravity = np.asarray(metrics["domain_parameters/gravity"])
+    assert gravity.shape == (32,) and ((12.0 <= gravity) & (gravity <= 13.0)).all()
+
+    cartpole = DomainRandomization(
+        eqxrl.envs.make("CartPole-v1"), gravity_between(5, 6)
+    )
+    dqn = eqxrl.DQN(
+        env=cartpole,
+        num_envs=2,
+        total_timesteps=64,
+        learning_starts=16,
+        batch_size=8,
+        hidden_sizes=(8,),
+    )
+    _, metrics = dqn.train(jr.key(0))
+    gravity = np.asarray(metrics["domain_parameters/gravity"])
+    assert ((5.0 <= gravity) & (gravity <= 6.0)).all()
+
+
 def time_step_between(low, high):
     def sample_fn(key):
         return {"time_step": jr.uniform(key, (), minval=low, maxval=high)}

@@ -21,3 +21,12 @@ def ended_episode_metrics(
         "episode_length": mean_over_ended(episode_length),
         "episode_count": count.astype(jnp.int32),
     }
+
+
+def mean_environment_metrics(
+    values: dict[str, Float[Array, "..."]],
+) -> dict[str, Float[Array, ""]]:
+    """The environment's own metrics (`extras["env_metrics"]`, see
+    [`ENV_METRICS`][eqxrl.envs.ENV_METRICS], collected over the iteration's steps):
+    each one's mean over every step of every environment, as float32."""
+    return {name: jnp.mean(value.astype(jnp.float32)) for name, value in values.items()}

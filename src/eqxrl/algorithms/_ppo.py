@@ -53,7 +53,7 @@ from ._checks import (
     refuse_multi_agent,
     samples_only_valid_actions,
 )
-from ._metrics import ended_episode_metrics
+from ._metrics import ended_episode_metrics, mean_environment_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._purejaxrl_config import purejaxrl_ppo_arguments
 from ._returns import compute_gae
@@ -1458,8 +1458,7 @@ def episode_metrics(transitions: Transition) -> dict[str, Array]:
     )
     # The environment's own metrics (domain parameters, a curriculum's
     # difficulty): their mean over every step of every environment.
-    for name, values in transitions.extras[ENV_METRICS].items():
-        metrics[name] = jnp.mean(values.astype(jnp.float32))
+    metrics.update(mean_environment_metrics(transitions.extras[ENV_METRICS]))
     return metrics
 
 

@@ -102,7 +102,7 @@ class Curriculum(AbstractWrapper[CurriculumState]):
 
     The difficulty is in the training metrics: `extras["env_metrics"]`
     ([`ENV_METRICS`][eqxrl.envs.ENV_METRICS]) holds `"curriculum/difficulty"`,
-    from `reset` on, which PPO averages over each rollout.
+    from `reset` on, which the algorithms average over each iteration.
 
     **Arguments:**
 

@@ -22,8 +22,10 @@ the new episode's), as it keeps `final_observation`."""
 
 ENV_METRICS = "env_metrics"
 """The `TimeStep.extras` key of an environment's own metrics: a dict from names to
-float32 scalars that [`PPO`][eqxrl.PPO] averages over each rollout (every step of
-every environment) into its metrics under the same names.
+float32 scalars that [`PPO`][eqxrl.PPO], [`SAC`][eqxrl.SAC], [`TD3`][eqxrl.TD3],
+[`DQN`][eqxrl.DQN] and [`IQN`][eqxrl.IQN] average over each iteration (every step of
+every environment) into their metrics under the same names (PQN and the multi-agent
+learners do not read it yet).
 [`DomainRandomization`][eqxrl.envs.DomainRandomization] puts the sampled
 parameters there (`"domain_parameters/gravity"`, ...) and
 [`Curriculum`][eqxrl.envs.Curriculum] its difficulty (`"curriculum/difficulty"`).

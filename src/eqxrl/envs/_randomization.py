@@ -145,9 +145,9 @@ class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
     The parameters are visible in the training metrics: every timestep's
     `extras["env_metrics"]` ([`ENV_METRICS`][eqxrl.envs.ENV_METRICS]) holds each
     one as a float32 scalar named `"domain_parameters/<name>"` (a parameter with
-    several values gives its mean), from `reset` on; PPO averages them over each
-    rollout into its metrics under the same names. On the step where an episode
-    ends, they are the ended episode's.
+    several values gives its mean), from `reset` on; the algorithms average them
+    over each iteration into their metrics under the same names. On the step where
+    an episode ends, they are the ended episode's.
 
     To evaluate on parameters held out from training, evaluate
     [`with_sample_fn`][eqxrl.envs.DomainRandomization.with_sample_fn]`(held_out)`
