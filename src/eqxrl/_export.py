@@ -10,15 +10,15 @@ it raw observations and gets the actions its motors take. A recurrent policy's c
 an explicit input and output.
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -29,8 +29,6 @@ from jaxtyping import Array, PRNGKeyArray, PyTree
 from ._version import __version__
 from .envs import AbstractEnvironment, AbstractWrapper, Box, Discrete
 from .nn import AbstractPolicy
-
-ExportFormat = Literal["onnx", "stablehlo"]
 
 # The batch axis of every input and output: one symbolic size, chosen at run time.
 _BATCH = "batch"
@@ -89,15 +87,16 @@ def _uses_key(
     )
 
 
-class _Interface(eqx.Module):
+@dataclasses.dataclass(frozen=True)
+class _Interface:
     """The exported function's inputs and outputs, and the function itself."""
 
-    function: Callable = eqx.field(static=True)
-    input_names: list[str] = eqx.field(static=True)
-    inputs: list[jax.ShapeDtypeStruct] = eqx.field(static=True)
-    output_names: list[str] = eqx.field(static=True)
-    sampled: bool = eqx.field(static=True)
-    metadata: dict = eqx.field(static=True)
+    function: Callable
+    input_names: list[str]
+    inputs: list[jax.ShapeDtypeStruct]
+    output_names: list[str]
+    sampled: bool
+    metadata: dict[str, Any]
 
 
 def _interface(
@@ -162,7 +161,8 @@ def _interface(
     inputs += [_batched(leaf, batch) for leaf in carry_leaves]
     input_names += carry_names
     if sampled:
-        inputs.append(jax.ShapeDtypeStruct((2,), jnp.uint32))
+        key_data = jr.key_data(jr.key(0))  # uint32[2] for the default threefry
+        inputs.append(jax.ShapeDtypeStruct(key_data.shape, key_data.dtype))
         input_names.append("key")
     output_names = ["action"] + (
         _leaf_names("next_carry", initial_carry) if num_carry else []
@@ -235,7 +235,7 @@ def export_policy(
     - `policy`: `algorithm.policy(state, deterministic=True)` (greedy, what a robot
       runs) or a sampling policy; or [`load_policy`][eqxrl.load_policy]'s.
     - `path`: the file to write (`.onnx` or `.stablehlo` by convention).
-    - `format`: `"stablehlo"` (default) or `"onnx"` (`ExportFormat`).
+    - `format`: `"stablehlo"` (default) or `"onnx"`.
     - `env`: the environment the policy was trained on (`algorithm.env`): its
       observation, action mask and action wrappers define the interface.
     - `platforms`: StableHLO's target platforms (default: cpu, cuda and tpu).
