@@ -13,7 +13,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 
 .PHONY: demo test test-quick test-pythons test-floors lint format docs docs-serve \
-	bench bench-peers bench-check clean
+	bench bench-peers bench-check venv-robot clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11 or newer found (tried python3.11, python3.12, python3.13, python3); set PYTHON=/path/to/python3.x"; exit 1; }
@@ -123,6 +123,18 @@ bench-peers: $(PEERS)/.installed
 	$(PEERS)/bin/python benchmarks/peers.py
 	$(PEERS)/bin/python benchmarks/snake.py
 	$(PEERS)/bin/python benchmarks/value_based.py --parts peers
+
+# The robot kit's venv (benchmarks/sim_to_sim.py): MuJoCo Playground (with Brax and
+# MJX), host MuJoCo, and the export and deploy extras. Playground pins its own JAX
+# stack, so it is kept out of .venv.
+ROBOT := .venv-robot
+$(ROBOT)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(ROBOT)
+	$(ROBOT)/bin/python -m pip install --upgrade pip
+	$(ROBOT)/bin/python -m pip install -e ".[export,deploy,test]" playground
+	touch $@
+
+venv-robot: $(ROBOT)/.installed
 
 # The quick pass on the oldest versions pyproject.toml claims (each `>=` floor of
 # the core dependencies and the test extras installed exactly), in .venv-floor.
