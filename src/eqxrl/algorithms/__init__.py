@@ -1,6 +1,13 @@
 """Learning algorithms and the return computations they share."""
 
 from .._speed_tricks import cpu_speed_tricks as cpu_speed_tricks
+from ._amp import (
+    AMP as AMP,
+    AMPDiscriminator as AMPDiscriminator,
+    AMPState as AMPState,
+    discriminator_loss as discriminator_loss,
+    style_reward as style_reward,
+)
 from ._base import (
     AbstractAlgorithm as AbstractAlgorithm,
     cpu_compiler_options as cpu_compiler_options,

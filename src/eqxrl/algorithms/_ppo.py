@@ -915,7 +915,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         return {**super().compiler_options, "xla_cpu_multi_thread_eigen": False}
 
     def _collect(
-        self, state: PPOState, key: PRNGKeyArray
+        self, state: PPOState, key: PRNGKeyArray, *, next_observation: bool = False
     ) -> tuple[
         PyTree,
         TimeStep,
@@ -936,6 +936,10 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         With a `separate_critic` the critic is left out of the steps (XLA drops the
         unused value head) and evaluated once on all stored observations afterwards:
         the same values, as one large batch instead of `num_steps` small ones.
+        With `next_observation` (static; off in PPO's own iterations), each
+        transition's `extras["next_observation"]` is the observation its step
+        reached, before any reset (where the episode ended, the final one): what
+        [`AMP`][eqxrl.algorithms.AMP]'s discriminator reads.
         The steps are traced under `batch_size_hint(num_envs)` (on CPU, narrow
         policy layers of a handful of environments run without matrix products)
         and, when the policy samples valid actions only (a masked categorical over
@@ -976,6 +980,17 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             transition = self.transition(
                 timestep, stored_action, log_prob, value, next_timestep
             )
+            if next_observation:
+                # AutoReset's `final_observation` is the pre-reset observation on
+                # every step (the step's own observation where no episode ended).
+                transition = eqx.tree_at(
+                    lambda t: t.extras,
+                    transition,
+                    {
+                        **transition.extras,
+                        "next_observation": extras["final_observation"],
+                    },
+                )
             return (env_state, next_timestep, network_carry), (
                 transition,
                 truncation_values,
@@ -1185,20 +1200,53 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         over every step of every environment.
         """
         key, collect_key, update_key = split(state.key, 3)
-        env_state, timestep, carry, transitions, truncation_values = self._collect(
+        state, transitions, truncation_values, segment_carry = self.rollout(
             state, collect_key
+        )
+        state = eqx.tree_at(lambda s: s.key, state, key)
+        return self.learn(
+            state, transitions, truncation_values, update_key, segment_carry
+        )
+
+    def rollout(
+        self,
+        state: PPOState,
+        key: PRNGKeyArray,
+        *,
+        next_observation: bool = False,
+    ) -> tuple[PPOState, Transition, Float[Array, "num_steps n"], PyTree | None]:
+        """An iteration's rollout: `num_steps` steps of every environment with the
+        current policy.
+
+        **Arguments:**
+
+        - `state`: the training state before the rollout.
+        - `key`: the rollout's PRNG key (actions and environment steps).
+        - `next_observation`: (static) also keep, in each transition's
+          `extras["next_observation"]`, the observation its step reached before
+          any reset (the final one where an episode ended): what
+          [`AMP`][eqxrl.algorithms.AMP]'s discriminator reads.
+
+        **Returns:**
+
+        `(state, transitions, truncation_values, segment_carry)`: the state with
+        the environments, latest timesteps and carries after the rollout (its key
+        unchanged), and what [`learn`][eqxrl.PPO.learn] takes: the stacked
+        transitions `[num_steps, n, ...]`, the truncation values, and a recurrent
+        network's carries at the rollout's first step (`None` otherwise).
+        """
+        env_state, timestep, carry, transitions, truncation_values = self._collect(
+            state, key, next_observation=next_observation
         )
         # The carries the rollout's first step read its observations with.
         segment_carry = self.starting_carries(state.model, state.carry, state.timestep)
         state = eqx.tree_at(
-            lambda s: (s.env_state, s.timestep, s.key, s.carry),
+            lambda s: (s.env_state, s.timestep, s.carry),
             state,
-            (env_state, timestep, key, carry),
+            (env_state, timestep, carry),
             is_leaf=lambda x: x is None,
         )
-        return self.learn(
-            state, transitions, truncation_values, update_key, segment_carry
-        )
+        return state, transitions, truncation_values, segment_carry
 
     @contextlib.contextmanager
     def rollout_context(

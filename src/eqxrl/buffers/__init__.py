@@ -1,5 +1,6 @@
 """Storage for experience: on-policy transitions and the replay buffer."""
 
+from ._reference import ReferenceMotion as ReferenceMotion
 from ._replay import (
     ReplayBuffer as ReplayBuffer,
     ReplaySample as ReplaySample,
