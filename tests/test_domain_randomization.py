@@ -329,6 +329,39 @@ def test_brax_randomization_keeps_only_the_leaves_it_batches():
     assert list(timestep.extras[ENV_METRICS]) == ["domain_parameters/gravity"]
 
 
+def test_brax_hyperparameters_take_the_randomization_fn():
+    """Brax's `randomization_fn` argument, given to PPO's and SAC's translations of
+    Brax's settings, randomizes the time-limited environment (as Brax's trainers
+    wrap theirs); on an environment that is not from_brax, brax_randomization's
+    error."""
+    settings = dict(
+        num_timesteps=2048, episode_length=10, num_envs=8, batch_size=8,
+        num_minibatches=4, unroll_length=8, randomization_fn=fake_randomization_fn,
+    )  # fmt: skip
+    ppo = eqxrl.PPO.from_brax_hyperparameters(
+        eqxrl.envs.from_brax(FakeBraxEnv()), **settings
+    )
+    assert isinstance(ppo.env, DomainRandomization)
+    assert isinstance(ppo.env.env, TimeLimit) and ppo.env.env.max_episode_steps == 10
+    _, metrics = ppo.train(jr.key(0))
+    gravity = np.asarray(metrics["domain_parameters/gravity"])
+    assert ((5.0 <= gravity) & (gravity <= 15.0)).all()
+    sac = eqxrl.SAC.from_brax_hyperparameters(
+        eqxrl.envs.from_brax(FakeBraxEnv()),
+        num_timesteps=256,
+        episode_length=10,
+        num_envs=8,
+        batch_size=8,
+        min_replay_size=16,
+        randomization_fn=fake_randomization_fn,
+    )
+    assert isinstance(sac.env, DomainRandomization)
+    with pytest.raises(ValueError, match="not a FromBrax"):
+        eqxrl.PPO.from_brax_hyperparameters(
+            eqxrl.envs.Pendulum(), **{**settings, "num_envs": 8}
+        )
+
+
 def test_brax_randomization_refuses_other_environments():
     with pytest.raises(ValueError, match="not a FromBrax"):
         eqxrl.envs.brax_randomization(CartPole(), fake_randomization_fn)

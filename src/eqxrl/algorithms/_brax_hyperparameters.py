@@ -8,13 +8,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..envs import AbstractEnvironment, TimeLimit, unwrap
+from ..envs import AbstractEnvironment, TimeLimit, brax_randomization, unwrap
 
 # `brax.training.agents.ppo.train`'s defaults (Brax 0.14.2) for what is translated,
 # so that an argument left out means what it means to Brax.
 BRAX_PPO_DEFAULTS: dict[str, Any] = {
     "num_envs": 1,
     "episode_length": None,
+    "randomization_fn": None,
     "action_repeat": 1,
     "learning_rate": 1e-4,
     "entropy_cost": 1e-4,
@@ -71,7 +72,6 @@ DEFAULT_ONLY = {
     "vision": False,
     "augment_pixels": False,
     "wrap_env_fn": None,
-    "randomization_fn": None,
     "normalize_until_count": None,
     "use_distributional_critic": False,
     "learning_rate_schedule": None,
@@ -135,7 +135,8 @@ def _time_limited(
     algorithm: str, env: AbstractEnvironment, brax: Mapping[str, Any]
 ) -> AbstractEnvironment:
     """`env` with Brax's `episode_length` as a `TimeLimit` (Brax's
-    `EpisodeWrapper`), after checking the arguments both trainers share."""
+    `EpisodeWrapper`) and its `randomization_fn` as a `brax_randomization`, after
+    checking the arguments both trainers share."""
     caller = f"{algorithm}.from_brax_hyperparameters"
     if brax["action_repeat"] != 1:
         raise ValueError(
@@ -150,14 +151,17 @@ def _time_limited(
         )
     limits = [part for part in unwrap(env) if isinstance(part, TimeLimit)]
     if not limits:
-        return TimeLimit(env, episode_length)
-    if not (limits[0] is env and env.max_episode_steps == episode_length):
+        env = TimeLimit(env, episode_length)
+    elif not (limits[0] is env and env.max_episode_steps == episode_length):
         raise ValueError(
             f"{caller}: the environment already has a time limit of "
             f"{limits[0].max_episode_steps} steps; pass it without its TimeLimit "
             f"(episode_length={episode_length} adds one) or with an outermost "
             f"TimeLimit of episode_length steps."
         )
+    if brax["randomization_fn"] is not None:
+        # Brax's DomainRandomizationVmapWrapper, drawn per episode here.
+        env = brax_randomization(env, brax["randomization_fn"])
     return env
 
 
@@ -313,6 +317,7 @@ def brax_ppo_arguments(
 # `brax.training.agents.sac.train`'s defaults (Brax 0.14.2) for what is translated.
 BRAX_SAC_DEFAULTS: dict[str, Any] = {
     "episode_length": None,
+    "randomization_fn": None,
     "action_repeat": 1,
     "num_envs": 1,
     "learning_rate": 1e-4,
@@ -341,7 +346,6 @@ BRAX_SAC_NETWORK_DEFAULTS: dict[str, Any] = {
 SAC_DEFAULT_ONLY: dict[str, Any] = {
     "wrap_env": True,
     "wrap_env_fn": None,
-    "randomization_fn": None,
     "restore_checkpoint_path": None,
     "policy_network_layer_norm": False,
     "q_network_layer_norm": False,

@@ -412,11 +412,14 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         - `episode_length` adds a [`TimeLimit`][eqxrl.envs.TimeLimit] (Brax's
           `EpisodeWrapper`); the environment's actions must lie in `[-1, 1]`, as
           Brax's do (see [`from_brax`][eqxrl.envs.from_brax]);
+        - `randomization_fn` (a Brax or Playground domain randomizer) wraps the
+          time-limited environment in
+          [`brax_randomization`][eqxrl.envs.brax_randomization] (drawn per
+          episode, where Brax draws once per environment);
         - host-side arguments (`seed`, `num_evals` apart from the rounding above,
           `num_eval_envs`, `deterministic_eval`, `progress_fn`, ...) are accepted
           and not used; arguments with no eqxrl equivalent (`action_repeat != 1`,
-          learning-rate schedules, `randomization_fn`, vision, ...) raise a
-          `ValueError` naming them.
+          learning-rate schedules, vision, ...) raise a `ValueError` naming them.
 
         **Arguments:**
 

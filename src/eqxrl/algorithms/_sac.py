@@ -260,11 +260,13 @@ class SAC(AbstractOffPolicyActorCritic[SACState]):
         - `hidden_layer_sizes` of `make_sac_networks` (directly or through a
           `network_factory=functools.partial(make_sac_networks, ...)`) becomes
           `hidden_sizes`; ReLU as in Brax;
-        - `episode_length` adds a [`TimeLimit`][eqxrl.envs.TimeLimit];
+        - `episode_length` adds a [`TimeLimit`][eqxrl.envs.TimeLimit], and
+          `randomization_fn` a [`brax_randomization`][eqxrl.envs.brax_randomization]
+          around it (drawn per episode);
           host-side arguments (`seed`, `num_eval_envs`, `deterministic_eval`,
           `progress_fn`, ...) are accepted and not used; arguments with no eqxrl
-          equivalent (`action_repeat != 1`, `randomization_fn`, layer norms, ...)
-          raise a `ValueError` naming them.
+          equivalent (`action_repeat != 1`, layer norms, ...) raise a `ValueError`
+          naming them.
 
         **Arguments:**
 
