@@ -371,7 +371,12 @@ def main() -> None:
         options.timesteps = min(options.timesteps, 512)
         options.episodes, options.episode_length = 1, 50
         options.check_steps = min(options.check_steps, 20)
-    run(options)
+    import jax  # here: the replay (above) must not import it
+
+    # Playground's environments broadcast arrays of different ranks (the test
+    # suite runs benchmarks with rank promotion raising).
+    with jax.numpy_rank_promotion("allow"):
+        run(options)
 
 
 if __name__ == "__main__":

@@ -246,6 +246,18 @@ SMOKE_RUNS = {
         ],
         [],
     ),
+    "sim_to_sim.py": (
+        # Toy training, one episode each side; the NumPy ports are checked first.
+        ["--smoke"],
+        [rf"^ratio {NUMBER} \(bar"],
+        ["mujoco", "mujoco_playground", "jax2onnx", "onnxruntime"],
+    ),
+    "randomization.py": (
+        # One round at toy sizes; Brax's trainer needs jax<0.9 (.venv-brax).
+        ["--quick"],
+        [rf"steps/s ratio median {NUMBER}x \(best {NUMBER}x\)"],
+        ["brax", "mujoco_playground", "jax<0.9"],
+    ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
         ["--configs", "default", "--episodes", "1", "--turns", "10"]
@@ -331,6 +343,15 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
             figures(pattern, output) for pattern in patterns
         )
         assert uint8_rollout < float32_rollout
+    if script == "sim_to_sim.py":
+        # The ports agree with Playground, and the replay ran without JAX.
+        (path,) = re.findall(r"^written to (\S+sim_to_sim\.json)", output, re.M)
+        result = json.loads(Path(path).read_text())
+        assert result["port_check"]["observation_error"] <= 1e-5
+        assert result["port_check"]["reward_error"] <= 1e-5
+        assert result["host_mujoco"]["jax_imported"] is False
+        assert len(result["host_mujoco"]["returns"]) == 1
+        assert 0 < result["host_mujoco"]["mean"] <= 50  # rewards lie in [0, 1]
     if script == "gpu.py":
         # Every row is in the JSON, none failed, and a tricks row compares.
         (path,) = re.findall(r"^wrote (\S+gpu\.json) and", output, re.MULTILINE)

@@ -1,9 +1,8 @@
 """`eqxrl_deploy`: an ONNX export run with onnxruntime alone reproduces eqxrl's actions
 (feed-forward and recurrent, one observation or a batch) with JAX never imported; the
 host-MuJoCo runner sums the rewards of a known policy on a model whose motion is known
-in closed form; the sim-to-sim benchmark runs end to end (with MuJoCo Playground)."""
+in closed form. (The sim-to-sim benchmark's smoke run is in test_benchmarks.py.)"""
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -290,33 +289,3 @@ def test_run_mujoco_terminates():
             episode_length=0,
             episodes=1,
         )
-
-
-@pytest.mark.slow
-def test_sim_to_sim_smoke(tmp_path):
-    """The benchmark end to end at a tiny size: its NumPy ports of CartpoleBalance
-    agree with Playground's (it stops otherwise), and the replay runs without JAX."""
-    needs_onnx()
-    pytest.importorskip("mujoco")
-    if importlib.util.find_spec("mujoco_playground") is None:
-        pytest.skip("MuJoCo Playground (`pip install 'eqxrl[playground]'`) is absent")
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "sim_to_sim.py"),
-            "--smoke",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads((tmp_path / "sim_to_sim.json").read_text())
-    assert result["port_check"]["observation_error"] <= 1e-5
-    assert result["port_check"]["reward_error"] <= 1e-5
-    assert result["host_mujoco"]["jax_imported"] is False
-    assert len(result["host_mujoco"]["returns"]) == 1
-    assert 0 < result["host_mujoco"]["mean"] <= 50  # rewards lie in [0, 1]
-    assert np.isfinite(result["ratio"])
