@@ -1,0 +1,231 @@
+"""Domain randomization against Brax's PPO (issue 33): the same MuJoCo Playground
+task, the same randomization function and the same settings on both sides.
+
+The task is Playground's `CartpoleBalance` (MJX's JAX implementation, which a CPU
+trains in minutes). Playground ships its own randomization functions only for its
+Menagerie robots (the Go1 / G1 / T1 / Berkeley Humanoid joysticks, Go1's getup and
+handstand, the Leap and Aero cubes), which need 50M-300M steps at Playground's
+settings and the Menagerie models (cloned at first use); `randomize` below is a
+function in Playground's form, `randomization_fn(model, rng) -> (batched_model,
+in_axes)`, for `CartpoleBalance`: the pole's mass and the motor's gear drawn per
+environment.
+
+- Brax: `brax.training.agents.ppo.train(environment, randomization_fn=randomize,
+  wrap_env_fn=mujoco_playground.wrapper.wrap_for_brax_training, **SETTINGS)`; its
+  steps/s from its third epoch on (as `brax_trainers.py` reads it).
+- eqxrl: `PPO.from_brax_hyperparameters(from_brax(env), randomization_fn=randomize,
+  **SETTINGS)` (the function through `brax_randomization`, drawn per episode where
+  Brax draws once per environment), compiled once and timed apart.
+- Both final greedy policies are evaluated by one evaluator,
+  `eqxrl.training.evaluate`, on held-out draws: the same function, keys that no
+  training run used, `--eval-episodes` episodes of 1,000 steps.
+
+Rounds alternate Brax then eqxrl, round `i` with seed `i` on both sides. Brax's trainer
+needs jax<0.9: run it in `.venv-brax` (jax 0.8.3, brax 0.14.2, playground 0.2.0,
+eqxrl with the `export` extra):
+
+    .venv-brax/bin/python benchmarks/randomization.py --quick      # a smoke run
+    .venv-brax/bin/python benchmarks/randomization.py --pairs 4    # the figure
+"""
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.random as jr
+import numpy as np
+
+try:
+    from brax.training.agents.ppo import train as brax_ppo
+    from mujoco_playground import registry, wrapper
+except ImportError:
+    raise SystemExit(
+        "this benchmark needs Brax (jax<0.9) and MuJoCo Playground: run it with "
+        ".venv-brax/bin/python"
+    ) from None
+
+import eqxrl
+from eqxrl.envs import TimeLimit, brax_randomization, from_brax
+
+TASK = "CartpoleBalance"
+
+# Settings a CPU trains CartpoleBalance with in about 2M steps: 64 environments,
+# unrolls of 256 steps (one training step is one unroll of every environment),
+# 32 minibatches, 10 passes (eqxrl's PPO: 64 x 256, 10 epochs x 32 minibatches).
+# fmt: off
+SETTINGS = dict(
+    num_timesteps=2_000_000, num_evals=6, episode_length=1000, num_envs=64,
+    batch_size=2, num_minibatches=32, unroll_length=256, num_updates_per_batch=10,
+    learning_rate=3e-4, discounting=0.995, gae_lambda=0.95, entropy_cost=1e-3,
+    normalize_observations=True, reward_scaling=0.1, clipping_epsilon=0.2,
+    action_repeat=1, num_eval_envs=16,
+)
+QUICK = dict(
+    num_timesteps=4 * 16 * 32, num_evals=4, episode_length=100, num_envs=16,
+    batch_size=4, num_minibatches=4, unroll_length=8, num_updates_per_batch=2,
+    num_eval_envs=4,
+)
+# fmt: on
+
+
+def randomize(model: Any, rng: jax.Array) -> tuple[Any, Any]:
+    """Playground's form of a randomization function: per key of `rng`, the pole's
+    mass scaled by U(0.5, 2) and the motor's gear by U(0.8, 1.2)."""
+
+    @jax.vmap
+    def draw(rng):
+        mass_key, gear_key = jr.split(rng)
+        body_mass = model.body_mass.at[2].multiply(
+            jr.uniform(mass_key, (), minval=0.5, maxval=2.0)
+        )
+        actuator_gear = model.actuator_gear.at[0, 0].multiply(
+            jr.uniform(gear_key, (), minval=0.8, maxval=1.2)
+        )
+        return body_mass, actuator_gear
+
+    body_mass, actuator_gear = draw(rng)
+    in_axes = jax.tree.map(lambda _: None, model).tree_replace(
+        {"body_mass": 0, "actuator_gear": 0}
+    )
+    batched = model.tree_replace(
+        {"body_mass": body_mass, "actuator_gear": actuator_gear}
+    )
+    return batched, in_axes
+
+
+class BraxPolicy(eqxrl.nn.AbstractPolicy):
+    """Brax's trained greedy policy (its normalizer included) as an eqxrl policy,
+    so that one evaluator scores both sides."""
+
+    params: Any
+    make_policy: Any = eqx.field(static=True)
+
+    def __call__(self, observation, key, action_mask=None):
+        act = self.make_policy(self.params, deterministic=True)
+        action, _ = act(observation[None], key)
+        return action[0]
+
+
+def brax_run(env: Any, settings: dict, seed: int) -> dict:
+    """One Brax training run: steps/s from its third epoch on (its first two
+    compile), the estimated compile time, and the trained greedy policy."""
+    progress: list[tuple[int, dict]] = []
+    with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
+        make_policy, params, _ = brax_ppo.train(
+            environment=env,
+            randomization_fn=randomize,
+            wrap_env_fn=wrapper.wrap_for_brax_training,
+            progress_fn=lambda step, m: progress.append((step, dict(m))),
+            seed=seed,
+            **settings,
+        )
+    epochs = [(s, m["training/walltime"]) for s, m in progress if "training/sps" in m]
+    if len(epochs) < 3:
+        raise ValueError("Brax's rate is read from its third epoch: num_evals >= 4")
+    (compiled_steps, compiled_time), (last_steps, last_time) = epochs[1], epochs[-1]
+    rate = (last_steps - compiled_steps) / (last_time - compiled_time)
+    return dict(
+        steps=last_steps,
+        steps_per_second=rate,
+        compile_seconds=max(compiled_time - compiled_steps / rate, 0.0),
+        policy=BraxPolicy(params, make_policy),
+    )
+
+
+def held_out_return(policy: Any, eval_env: Any, seed: int, episodes: int) -> float:
+    with jax.numpy_rank_promotion("allow"):
+        result = eqxrl.training.evaluate(
+            policy, eval_env, jr.key(10_000 + seed), num_episodes=episodes
+        )
+    return float(np.mean(result.returns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=None, help="rounds (default 4)")
+    parser.add_argument("--eval-episodes", type=int, default=None, help="(64)")
+    parser.add_argument(
+        "--quick", action="store_true", help="toy sizes, one round: a smoke run"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write a JSON here")
+    args = parser.parse_args()
+    pairs = args.pairs or (1 if args.quick else 4)
+    episodes = args.eval_episodes or (4 if args.quick else 64)
+    settings = {**SETTINGS, **(QUICK if args.quick else {})}
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+    env = registry.load(TASK, config_overrides={"impl": "jax"})
+    ppo = eqxrl.PPO.from_brax_hyperparameters(
+        from_brax(env), randomization_fn=randomize, **settings
+    )
+    eval_env = brax_randomization(
+        TimeLimit(from_brax(env), settings["episode_length"]), randomize
+    )
+    start = time.perf_counter()
+    compiled = ppo.lower(jr.key(0)).compile()
+    eqxrl_compile = time.perf_counter() - start
+    steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
+    print(
+        f"jax {jax.__version__}, eqxrl {eqxrl.__version__}; {TASK}, {steps:,} steps "
+        f"per run; eqxrl compiled in {eqxrl_compile:.1f} s",
+        flush=True,
+    )
+    rounds = []
+    for seed in range(pairs):
+        theirs = brax_run(env, settings, seed)
+        start = time.perf_counter()
+        state, metrics = jax.block_until_ready(compiled(ppo, jr.key(seed), True))
+        seconds = time.perf_counter() - start
+        ours = dict(steps_per_second=steps / seconds)
+        if theirs["steps"] != steps:
+            raise RuntimeError(f"Brax ran {theirs['steps']:,} steps, eqxrl {steps:,}")
+        ours["return"] = held_out_return(
+            ppo.policy(state, deterministic=True), eval_env, seed, episodes
+        )
+        theirs["return"] = held_out_return(
+            theirs.pop("policy"), eval_env, seed, episodes
+        )
+        ratio = ours["steps_per_second"] / theirs["steps_per_second"]
+        rounds.append(dict(seed=seed, brax=theirs, eqxrl=ours, ratio=ratio))
+        print(
+            f"  round {seed}: Brax {theirs['steps_per_second']:,.0f} steps/s, held-out "
+            f"return {theirs['return']:.1f} | eqxrl {ours['steps_per_second']:,.0f} "
+            f"steps/s, held-out return {ours['return']:.1f} | ratio {ratio:.2f}x",
+            flush=True,
+        )
+    ratios = [r["ratio"] for r in rounds]
+    summary = dict(
+        task=TASK,
+        settings={k: v for k, v in settings.items()},
+        steps=steps,
+        eval_episodes=episodes,
+        eqxrl_compile_seconds=eqxrl_compile,
+        median_ratio=statistics.median(ratios),
+        best_ratio=max(ratios),
+        eqxrl_returns=[r["eqxrl"]["return"] for r in rounds],
+        brax_returns=[r["brax"]["return"] for r in rounds],
+        rounds=rounds,
+    )
+    print(
+        f"steps/s ratio median {summary['median_ratio']:.2f}x (best "
+        f"{summary['best_ratio']:.2f}x); held-out return eqxrl "
+        f"{np.mean(summary['eqxrl_returns']):.1f} "
+        f"(min {min(summary['eqxrl_returns']):.1f}), Brax "
+        f"{np.mean(summary['brax_returns']):.1f} "
+        f"(min {min(summary['brax_returns']):.1f})"
+    )
+    if args.out is not None:
+        args.out.write_text(json.dumps(summary, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    # Playground's environments broadcast arrays of different ranks (the test
+    # suite runs benchmarks with rank promotion raising).
+    with jax.numpy_rank_promotion("allow"):
+        main()
