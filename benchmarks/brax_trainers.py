@@ -47,8 +47,10 @@ What does not translate (printed with the results): Brax's PPO computes GAE per
 truncated steps, eqxrl's over the whole rollout with the pre-update values,
 bootstrapping through truncation; for SAC see `SAC_GAPS` below.
 
-Needs Brax and JAX < 0.9 (Brax's trainers call `jax.device_put_replicated`): the
-`.venv-brax` venv. Run from the repository root:
+Brax's trainers call `jax.device_put_replicated`, which jax 0.10 removed: on a newer
+jax, `provide_device_put_replicated()` supplies it (Brax's code runs unchanged); the
+CPU figures were measured in the `.venv-brax` venv (jax 0.8.3), where it exists.
+Run from the repository root:
 
     .venv-brax/bin/python benchmarks/brax_trainers.py --quick    # a smoke run
     .venv-brax/bin/python benchmarks/brax_trainers.py            # everything (long)
@@ -71,7 +73,7 @@ try:
     import brax.envs
 except ImportError:
     raise SystemExit(
-        "this benchmark needs Brax (and jax<0.9): run it with .venv-brax/bin/python"
+        "this benchmark needs Brax: run it with .venv-brax/bin/python"
     ) from None
 
 import eqxrl
@@ -152,6 +154,29 @@ SAC_GAPS = (
     "scale exp(log std) with log std in [-5, 2] (Brax: softplus + 0.001); truncated "
     "steps bootstrap (Brax drops them from the critic loss)"
 )
+
+
+def provide_device_put_replicated() -> None:
+    """Give a jax without `jax.device_put_replicated` (removed in jax 0.10) the one
+    Brax 0.14.2's trainers call: `x` stacked once per device along a new leading
+    axis and put with one shard per device, what `jax.pmap` takes. Brax's own code
+    runs unchanged; nothing happens on a jax that still has the function."""
+    if hasattr(jax, "device_put_replicated"):
+        return
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    def device_put_replicated(x: Any, devices: Any) -> Any:
+        devices = list(devices)
+        mesh = Mesh(np.array(devices), ("devices",))
+        sharding = NamedSharding(mesh, PartitionSpec("devices"))
+        return jax.tree.map(
+            lambda leaf: jax.device_put(
+                np.stack([np.asarray(leaf)] * len(devices)), sharding
+            ),
+            x,
+        )
+
+    jax.device_put_replicated = device_put_replicated
 
 
 def brax_run(algo: str, brax_env: Any, settings: dict[str, Any], seed: int) -> dict:
@@ -326,6 +351,7 @@ def print_table(summaries: list[dict], args) -> None:
 
 
 def main() -> None:
+    provide_device_put_replicated()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--envs",

@@ -22,11 +22,27 @@ faster):
    epochs of 100 turns, one gradient step per agent per epoch), one world and
    1,024 worlds, in epochs per second. Peer: Sorrel 1.6.0's own `treasurehunt`
    (`run_experiment`, no animation or logging), for `--sorrel-epochs` epochs.
-5. `brax`: SAC and PPO on a Brax environment at Brax's settings. Brax 0.14.2's
-   trainers need jax 0.8.3 (`jax.device_put_replicated`); on a newer jax the row
-   is skipped with that reason: run `brax_trainers.py` in `.venv-brax` instead.
+5. `brax`: PPO and SAC on Brax's `inverted_pendulum` (`--brax-backend`, default
+   `spring`) at Brax's settings, `brax_trainers.py`'s comparison (one seed per round,
+   `--brax-pairs` rounds). Brax 0.14.2's trainers call `jax.device_put_replicated`,
+   which jax 0.10 removed: on a newer jax, `brax_trainers.provide_device_put_replicated`
+   supplies it (the same arrays, stacked per device and put with a sharding), which
+   changes none of Brax's code. Skipped where Brax is not installed.
 6. `memory`: what XLA's `memory_analysis()` says each eqxrl program above needs
    (arguments, outputs, temporaries, code), and the device's memory.
+7. `pqn_headline`: issue 32's headline, the wall time to a greedy 475 on CartPole,
+   PQN against DQN (both at their defaults), `pqn.py`'s `time_to_greedy` for
+   `--headline-seeds` seeds each, alternating.
+
+Rows 1 and 3 also run each program with XLA:GPU's command buffers extended to loops
+and conditionals (`COMMAND_BUFFERS`: a whole `lax.scan` becomes one CUDA graph, with no
+host round trip per iteration), eqxrl's and the peer's each against the peer as it
+ships (`--no-command-buffers` leaves them out; off the GPU the option changes
+nothing). With `--profile`, row 1 also traces a short run of each side
+(`jax.profiler`) and sums the device's kernel time by loop depth and by operation:
+where an iteration's time goes, side by side; each traced program's optimized HLO is
+written beside the JSON (`hlo_<side>_<seeds>.txt`: on a GPU, which operations each
+`command_buffer`, one CUDA graph, holds).
 
 Then `tricks`: the CPU-tuned speed tricks (`eqxrl.algorithms.cpu_speed_tricks`)
 forced on against off, alternating, for PPO (PureJaxRL's config, and 512
@@ -52,11 +68,13 @@ import dataclasses
 import importlib.util
 import json
 import platform
+import re
 import statistics
 import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -89,6 +107,8 @@ FULL = {
     "treasure_world_epochs": 4,
     "sorrel_epochs": 10,
     "wide_envs": 512,
+    "brax_eval_episodes": 16,
+    "pqn_headline_steps": 500_000,
 }
 SMOKE = {
     "pairs": 1,
@@ -104,8 +124,26 @@ SMOKE = {
     "treasure_world_epochs": 2,
     "sorrel_epochs": 1,
     "wide_envs": 8,
+    "brax_eval_episodes": 2,
+    "pqn_headline_steps": 2 * 16_384,
 }
-ROWS = ("ppo_cartpole", "snake", "value_based", "treasure_hunt", "brax", "memory")
+ROWS = (
+    "ppo_cartpole",
+    "snake",
+    "value_based",
+    "treasure_hunt",
+    "brax",
+    "pqn_headline",
+    "memory",
+)
+# XLA:GPU's command buffers (CUDA graphs) with loops and conditionals added to its
+# default kinds: a `lax.scan` runs as one graph instead of one launch per kernel per
+# iteration and a host read of the loop's predicate. Parsed, and unused, off the GPU.
+COMMAND_BUFFERS = {
+    "xla_gpu_enable_command_buffer": (
+        "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+    )
+}
 
 
 @dataclasses.dataclass
@@ -118,6 +156,8 @@ class Program:
     work: int
     memory: dict | None = None
     fingerprint: int | None = None
+    op_names: dict[str, str] | None = None  # HLO instruction -> JAX name stack
+    hlo_text: str | None = None  # the compiled program, as the backend built it
 
 
 def fingerprint_of(compiled) -> int | None:
@@ -128,6 +168,27 @@ def fingerprint_of(compiled) -> int | None:
         return hash(compiled.as_text())
     except Exception:  # noqa: BLE001 - not every backend gives the text
         return None
+
+
+def hlo_text_of(compiled) -> str | None:
+    """The compiled program's optimized HLO (on a GPU, with its CUDA graphs as
+    `command_buffer` computations)."""
+    compiled = getattr(compiled, "compiled", compiled)
+    try:
+        return compiled.as_text()
+    except Exception:  # noqa: BLE001 - not every backend gives the text
+        return None
+
+
+def op_names_of(compiled) -> dict[str, str] | None:
+    """Each instruction of the compiled program's HLO -> the JAX name stack it came
+    from (its `op_name` metadata, e.g. `jit(train)/while/body/dot_general`): what a
+    profile's kernels (named by instruction) are grouped by."""
+    text = hlo_text_of(compiled)
+    if text is None:
+        return None
+    pattern = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', re.M)
+    return dict(pattern.findall(text))
 
 
 def memory_of(compiled) -> dict | None:
@@ -159,10 +220,81 @@ def timed_program(compiled, make_args: Callable[[int], tuple], work: int) -> Pro
     return Program(run, 0.0, work, memory_of(compiled), fingerprint_of(compiled))
 
 
-def compile_timed(function, *args):
+def compile_timed(function, *args, compiler_options: dict | None = None):
     start = time.perf_counter()
-    compiled = function.lower(*args).compile()
+    lowered = function.lower(*args)
+    compiled = (
+        lowered.compile(compiler_options) if compiler_options else lowered.compile()
+    )
     return compiled, time.perf_counter() - start
+
+
+def kernel_profile(program: Program, hlo_path: Path | None = None) -> dict:
+    """Trace one run of `program` with `jax.profiler` and sum the device's kernel
+    time: in all, by loop depth (how many `while/body` scopes the operation sits
+    in: for PPO, 1 the iteration, 2 the rollout's steps and GAE, 3 the minibatch
+    updates) and the largest operations. `device_busy_fraction` is the kernel time
+    over the run's wall time: low where launches and host reads, not the
+    kernels, take the time. With `hlo_path`, the program's HLO is written there: on
+    a GPU it says which operations each `command_buffer` (CUDA graph) holds."""
+    if hlo_path is not None and program.hlo_text is not None:
+        hlo_path.write_text(program.hlo_text)
+    program.run(0)  # one-time costs (allocations, loading) out of the trace
+    folder = tempfile.mkdtemp(prefix="eqxrl-profile-")
+    jax.profiler.start_trace(folder)
+    try:
+        seconds, _ = program.run(1)
+    finally:
+        jax.profiler.stop_trace()
+    (path,) = Path(folder).rglob("*.xplane.pb")
+    data = jax.profiler.ProfileData.from_file(str(path))
+    by_depth: dict[int, float] = {}
+    by_operation: dict[str, tuple[int, float]] = {}
+    total_ns, kernels, stat_names = 0.0, 0, set()
+    # A GPU's kernels are on its device plane; on the CPU (the smoke run) XLA's
+    # thunks are on the host plane's XLA client line.
+    planes = [p for p in data.planes if p.name.startswith("/device:")]
+    lines = [line for plane in planes for line in plane.lines]
+    if not planes:
+        lines = [
+            line
+            for plane in data.planes
+            for line in plane.lines
+            if line.name.startswith("tf_XLA")
+        ]
+    per_line: dict[str, list[float]] = {}
+    for line in lines:
+        events = [e for e in line.events if not e.name.startswith("end: ")]
+        per_line[line.name] = [len(events), sum(e.duration_ns for e in events) * 1e-9]
+        # The device plane's derived lines (XLA modules and ops) span the kernels
+        # of the stream lines: count the streams' events alone.
+        if line.name.startswith(("XLA Modules", "XLA Ops", "TensorFlow")):
+            continue
+        for event in events:
+            with warnings.catch_warnings():  # jaxlib's stats type has no __module__
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stats = dict(event.stats)
+            stat_names.update(stats)
+            operation = str(stats.get("hlo_op") or event.name)
+            scope = str((program.op_names or {}).get(operation) or operation)
+            depth = scope.count("while/body")
+            total_ns += event.duration_ns
+            kernels += 1
+            by_depth[depth] = by_depth.get(depth, 0.0) + event.duration_ns
+            key = f"{depth}: {scope[-120:]}"
+            count, ns = by_operation.get(key, (0, 0.0))
+            by_operation[key] = (count + 1, ns + event.duration_ns)
+    largest = sorted(by_operation.items(), key=lambda item: -item[1][1])[:40]
+    return {
+        "wall_s": seconds,
+        "kernel_s": total_ns * 1e-9,
+        "kernels": kernels,
+        "device_busy_fraction": total_ns * 1e-9 / seconds,
+        "kernel_s_by_loop_depth": {d: ns * 1e-9 for d, ns in sorted(by_depth.items())},
+        "largest_operations": {k: [n, ns * 1e-9] for k, (n, ns) in largest},
+        "lines": per_line,
+        "event_stats": sorted(stat_names),
+    }
 
 
 def alternate(ours: Program, peer: Program | None, pairs: int) -> dict:
@@ -214,7 +346,13 @@ def missing(*modules: str) -> str | None:
 # 1. PPO on CartPole against PureJaxRL
 
 
-def eqxrl_ppo(timesteps: int, num_seeds: int, num_envs: int = 4, **options) -> Program:
+def eqxrl_ppo(
+    timesteps: int,
+    num_seeds: int,
+    num_envs: int = 4,
+    compiler_options: dict | None = None,
+    **options,
+) -> Program:
     ppo = eqxrl.PPO(
         env=eqxrl.envs.make("CartPole-v1"),
         num_envs=num_envs,
@@ -232,7 +370,8 @@ def eqxrl_ppo(timesteps: int, num_seeds: int, num_envs: int = 4, **options) -> P
         key = jr.key(seed)
         return key if num_seeds == 1 else jr.split(key, num_seeds)
 
-    function = eqx.filter_jit(train, compiler_options=ppo.compiler_options or None)
+    compiler_options = {**ppo.compiler_options, **(compiler_options or {})}
+    function = eqx.filter_jit(train, compiler_options=compiler_options or None)
     compiled, compile_seconds = compile_timed(function, ppo, make_keys(0))
 
     def run(seed):
@@ -245,11 +384,19 @@ def eqxrl_ppo(timesteps: int, num_seeds: int, num_envs: int = 4, **options) -> P
 
     work = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
     return Program(
-        run, compile_seconds, work, memory_of(compiled), fingerprint_of(compiled)
+        run,
+        compile_seconds,
+        work,
+        memory_of(compiled),
+        fingerprint_of(compiled),
+        op_names_of(compiled),
+        hlo_text_of(compiled),
     )
 
 
-def purejaxrl_ppo(folder: Path, timesteps: int, num_seeds: int) -> Program:
+def purejaxrl_ppo(
+    folder: Path, timesteps: int, num_seeds: int, compiler_options: dict | None = None
+) -> Program:
     module = recurrent.import_purejaxrl(folder, "ppo")
     config = {**recurrent.PUREJAXRL_FF_CONFIG, "TOTAL_TIMESTEPS": timesteps}
     train = module.make_train(config)
@@ -260,7 +407,9 @@ def purejaxrl_ppo(folder: Path, timesteps: int, num_seeds: int) -> Program:
         key = jr.PRNGKey(seed)
         return key if num_seeds == 1 else jr.split(key, num_seeds)
 
-    compiled, compile_seconds = compile_timed(jax.jit(train), make_keys(0))
+    compiled, compile_seconds = compile_timed(
+        jax.jit(train), make_keys(0), compiler_options=compiler_options
+    )
 
     def run(seed):
         keys = make_keys(seed)
@@ -275,7 +424,7 @@ def purejaxrl_ppo(folder: Path, timesteps: int, num_seeds: int) -> Program:
         return seconds, {"final_return": recurrent.final_return(returns, ended)}
 
     work = num_seeds * config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
-    return Program(run, compile_seconds, int(work))
+    return Program(run, compile_seconds, int(work), op_names=op_names_of(compiled))
 
 
 def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
@@ -293,18 +442,59 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
     ):
         ours = eqxrl_ppo(timesteps, seeds)
         peer = None if why else purejaxrl_ppo(options.purejaxrl, timesteps, seeds)
-        result = alternate(ours, peer, sizes["pairs"])
+        row = {
+            "row": "ppo_cartpole",
+            "unit": "env steps",
+            "peer": "PureJaxRL ppo.py",
+            "skipped": why,
+            "steps_per_run": ours.work,
+        }
         results.append(
-            {
-                "row": "ppo_cartpole",
-                "program": label,
-                "unit": "env steps",
-                "peer": "PureJaxRL ppo.py",
-                "skipped": why,
-                "steps_per_run": ours.work,
-                **result,
-            }
+            {**row, "program": label, **alternate(ours, peer, sizes["pairs"])}
         )
+        if options.command_buffers:
+            # Each side with the option, against the peer as it ships.
+            ours = eqxrl_ppo(timesteps, seeds, compiler_options=COMMAND_BUFFERS)
+            results.append(
+                {
+                    **row,
+                    "program": f"{label}; eqxrl with command buffers",
+                    **alternate(ours, peer, sizes["pairs"]),
+                }
+            )
+            if peer is not None:
+                peer_with = purejaxrl_ppo(
+                    options.purejaxrl, timesteps, seeds, COMMAND_BUFFERS
+                )
+                results.append(
+                    {
+                        **row,
+                        "program": f"{label}; PureJaxRL with command buffers (as "
+                        "eqxrl) vs PureJaxRL",
+                        **alternate(peer_with, peer, sizes["pairs"]),
+                    }
+                )
+        if options.profile:
+            # A few iterations of each side, traced: where the time goes.
+            short = 8 * 4 * 128
+            profiles = {
+                "eqxrl": kernel_profile(
+                    eqxrl_ppo(short, seeds), options.out / f"hlo_eqxrl_{seeds}.txt"
+                )
+            }
+            if peer is not None:
+                profiles["PureJaxRL"] = kernel_profile(
+                    purejaxrl_ppo(options.purejaxrl, short, seeds),
+                    options.out / f"hlo_purejaxrl_{seeds}.txt",
+                )
+            results.append(
+                {
+                    **row,
+                    "row": "profile",
+                    "program": f"{label}, 8 iterations traced",
+                    "profiles": profiles,
+                }
+            )
     return results
 
 
@@ -349,10 +539,11 @@ def row_snake(sizes: dict, options) -> list[dict]:
 # 3. DQN and IQN against rejax
 
 
-def eqxrl_train(algorithm, work: int) -> Program:
+def eqxrl_train(algorithm, work: int, compiler_options: dict | None = None) -> Program:
+    compiler_options = {**algorithm.compiler_options, **(compiler_options or {})}
     function = eqx.filter_jit(
         lambda algorithm, key: algorithm.train(key)[0],
-        compiler_options=algorithm.compiler_options or None,
+        compiler_options=compiler_options or None,
     )
     compiled, compile_seconds = compile_timed(function, algorithm, jr.key(0))
     program = timed_program(compiled, lambda seed: (algorithm, jr.key(seed)), work=work)
@@ -378,16 +569,25 @@ def row_value_based(sizes: dict, options) -> list[dict]:
             peer = Program(
                 lambda seed, run=run: (run(seed)[0], {}), compile_seconds, steps
             )
+        row = {
+            "row": "value_based",
+            "unit": "env steps",
+            "peer": f"rejax {name}",
+            "skipped": why,
+        }
+        label = f"{name} CartPole, rejax's settings, {steps:,} steps"
         results.append(
-            {
-                "row": "value_based",
-                "program": f"{name} CartPole, rejax's settings, {steps:,} steps",
-                "unit": "env steps",
-                "peer": f"rejax {name}",
-                "skipped": why,
-                **alternate(ours, peer, sizes["pairs"]),
-            }
+            {**row, "program": label, **alternate(ours, peer, sizes["pairs"])}
         )
+        if options.command_buffers:
+            ours = eqxrl_train(algorithm, steps, COMMAND_BUFFERS)
+            results.append(
+                {
+                    **row,
+                    "program": f"{label}; eqxrl with command buffers",
+                    **alternate(ours, peer, sizes["pairs"]),
+                }
+            )
     return results
 
 
@@ -468,22 +668,110 @@ def row_treasure_hunt(sizes: dict, options) -> list[dict]:
 
 
 def row_brax(sizes: dict, options) -> list[dict]:
-    why = missing("brax")
-    if why is None and not hasattr(jax, "device_put_replicated"):
-        why = (
-            f"Brax 0.14.2's trainers need jax 0.8.3 (jax.device_put_replicated); "
-            f"this is jax {jax.__version__}: run benchmarks/brax_trainers.py in "
-            ".venv-brax"
+    why = missing("brax", "mujoco")
+    programs = (("ppo", "PPO"), ("sac", "SAC"))
+    env_name = "inverted_pendulum"
+    if why is not None:
+        return [
+            {
+                "row": "brax",
+                "program": f"{label} {env_name}, Brax's settings",
+                "unit": "env steps",
+                "peer": f"Brax {label}",
+                "skipped": why,
+            }
+            for _, label in programs
+        ]
+    import brax_trainers
+
+    brax_trainers.provide_device_put_replicated()
+    settings = argparse.Namespace(
+        quick=sizes["smoke"],
+        eval_episodes=sizes["brax_eval_episodes"],
+        backend=options.brax_backend,
+        warmup=1,
+        pairs=options.brax_pairs,
+    )
+    results = []
+    for algo, label in programs:
+        row = {
+            "row": "brax",
+            "program": f"{label} {env_name}, Brax's settings "
+            f"({'toy sizes' if sizes['smoke'] else 'small budget'}), backend "
+            f"{options.brax_backend}",
+            "unit": "env steps",
+            "peer": f"Brax {label}",
+        }
+        if time_left(options) is not None and time_left(options) < 60:
+            results.append({**row, "skipped": "the run's time budget was spent"})
+            continue
+        summary = brax_trainers.compare(settings, algo, env_name)
+        results.append(
+            {
+                **row,
+                "skipped": None,
+                "steps_per_run": summary["steps"],
+                "eqxrl_per_s": summary["eqxrl_rate"],
+                "peer_per_s": summary["brax_rate"],
+                "ratio_median": summary["median_ratio"],
+                "ratio_best": summary["best_ratio"],
+                "eqxrl_compile_s": summary["eqxrl_compile"],
+                "peer_compile_s": summary["brax_compile"],
+                "eqxrl_memory": None,
+                "eqxrl_final_returns": summary["eqxrl_returns"],
+                "peer_final_returns": summary["brax_returns"],
+            }
         )
-    if why is None:
-        why = "the Brax row runs in benchmarks/brax_trainers.py (.venv-brax)"
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# 7. PQN's headline: the wall time to a greedy 475 on CartPole, against DQN
+
+
+def row_pqn_headline(sizes: dict, options) -> list[dict]:
+    import pqn
+
+    env = eqxrl.envs.make("CartPole-v1")
+    steps = sizes["pqn_headline_steps"]
+    algorithms = {
+        "PQN": eqxrl.PQN(env=env, total_timesteps=steps),
+        "DQN": eqxrl.DQN(env=env, total_timesteps=steps),
+    }
+    if sizes["smoke"]:
+        # DQN at its defaults compiles for minutes under the test suite's
+        # --xla_cpu_use_fusion_emitters=false; both share time_to_greedy.
+        del algorithms["DQN"]
+    times: dict[str, list] = {name: [] for name in algorithms}
+    for seed in range(options.headline_seeds):
+        for name, algorithm in algorithms.items():
+            if time_left(options) is not None and time_left(options) < 30:
+                break
+            seconds, reached_steps, best = pqn.time_to_greedy(algorithm, seed)
+            times[name].append(
+                {"seed": seed, "seconds": seconds, "steps": reached_steps, "best": best}
+            )
+            print(f"  seed {seed} {name}: {times[name][-1]}", flush=True)
+    medians = {
+        name: statistics.median(reached)
+        if (reached := [t["seconds"] for t in runs if t["seconds"] is not None])
+        else None
+        for name, runs in times.items()
+    }
+    ratio = (
+        medians["DQN"] / medians["PQN"]
+        if medians.get("DQN") is not None and medians["PQN"]
+        else None
+    )
     return [
         {
-            "row": "brax",
-            "program": "SAC and PPO, a Brax environment at Brax's settings",
-            "unit": "env steps",
-            "peer": "Brax's trainers",
-            "skipped": why,
+            "row": "pqn_headline",
+            "program": f"seconds to a greedy {pqn.GREEDY_BAR:.0f} on CartPole-v1, "
+            f"defaults, up to {steps:,} steps",
+            "skipped": None,
+            "runs": times,
+            "median_seconds": medians,
+            "dqn_over_pqn": ratio,
         }
     ]
 
@@ -597,7 +885,7 @@ def markdown(report: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for result in report["results"]:
-        if result["row"] == "memory":
+        if result["row"] in ("memory", "profile", "pqn_headline"):
             continue
         if "error" in result:
             lines.append(f"| {result['row']} | failed: {result['error']} |||||||")
@@ -628,6 +916,38 @@ def markdown(report: dict) -> str:
                 memory=f"{memory['total'] / 2**20:,.1f}" if memory else "",
             )
         )
+    profiles = [r for r in report["results"] if "profiles" in r]
+    if profiles:
+        lines += [
+            "",
+            "| profile | side | wall s | kernel s | busy | kernels | kernel s by loop "
+            "depth |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for result in profiles:
+            for side, profile in result["profiles"].items():
+                depths = ", ".join(
+                    f"{depth}: {seconds:.3f}"
+                    for depth, seconds in profile["kernel_s_by_loop_depth"].items()
+                )
+                lines.append(
+                    f"| {result['program']} | {side} | {profile['wall_s']:.3f} | "
+                    f"{profile['kernel_s']:.3f} | "
+                    f"{profile['device_busy_fraction']:.0%} | {profile['kernels']:,} "
+                    f"| {depths} |"
+                )
+    for result in report["results"]:
+        if result["row"] == "pqn_headline" and "median_seconds" in result:
+            medians = ", ".join(
+                f"{name} {seconds:.2f} s" if seconds is not None else f"{name} -"
+                for name, seconds in result["median_seconds"].items()
+            )
+            ratio = result["dqn_over_pqn"]
+            lines += [
+                "",
+                f"pqn_headline: {result['program']}: median {medians}"
+                + (f"; DQN / PQN {ratio:.1f}x" if ratio else ""),
+            ]
     memory_rows = [r for r in report["results"] if r["row"] == "memory"]
     if memory_rows:
         lines += [
@@ -653,6 +973,12 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def time_left(options) -> float | None:
+    """Seconds left of `--budget-s` (`None`: no budget)."""
+    deadline = getattr(options, "deadline", None)
+    return None if deadline is None else deadline - time.perf_counter()
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="smallest sizes")
@@ -668,6 +994,23 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--pairs", type=int, default=None)
     parser.add_argument(
+        "--no-command-buffers",
+        dest="command_buffers",
+        action="store_false",
+        help="leave out rows 1 and 3's runs with COMMAND_BUFFERS",
+    )
+    parser.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="leave out row 1's kernel profiles",
+    )
+    parser.add_argument("--brax-backend", default="spring")
+    parser.add_argument("--brax-pairs", type=int, default=1)
+    parser.add_argument(
+        "--headline-seeds", type=int, default=None, help="pqn_headline's seeds"
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
         default=None,
@@ -677,6 +1020,8 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = {**(SMOKE if options.smoke else FULL), "smoke": options.smoke}
     if options.pairs is not None:
         sizes["pairs"] = options.pairs
+    if options.headline_seeds is None:
+        options.headline_seeds = 1 if options.smoke else 2
     if options.out is None:
         options.out = Path(tempfile.mkdtemp(prefix="eqxrl-gpu-"))
     options.out.mkdir(parents=True, exist_ok=True)
@@ -697,9 +1042,13 @@ def main(argv: list[str] | None = None) -> dict:
         "value_based": row_value_based,
         "treasure_hunt": row_treasure_hunt,
         "brax": row_brax,
+        "pqn_headline": row_pqn_headline,
         "tricks": row_tricks,
     }
     started = time.perf_counter()
+    options.deadline = None
+    if options.budget_s is not None:
+        options.deadline = started + options.budget_s
     for row in options.rows:
         start = time.perf_counter()
         try:

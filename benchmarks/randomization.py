@@ -20,15 +20,25 @@ environment.
   `eqxrl.training.evaluate`, on held-out draws: the same function, keys that no
   training run used, `--eval-episodes` episodes of 1,000 steps.
 
+`--networks brax` (the default) keeps Brax's PPO networks, a `(32,) * 4` policy and a
+`(256,) * 5` value: on a CPU both sides then spend their time in the value network's
+matrix products. `--networks small` gives both sides `(64, 64)` networks (eqxrl's
+defaults, through Brax's own `make_ppo_networks`), where the environment's physics is
+most of the work.
+
 Rounds alternate Brax then eqxrl, round `i` with seed `i` on both sides. Brax's trainer
-needs jax<0.9: run it in `.venv-brax` (jax 0.8.3, brax 0.14.2, playground 0.2.0,
-eqxrl with the `export` extra):
+calls `jax.device_put_replicated`, gone since jax 0.10, which
+`brax_trainers.provide_device_put_replicated` supplies there; the figures were measured
+in `.venv-brax` (jax 0.8.3, brax 0.14.2, playground 0.2.0, eqxrl with the `export`
+extra):
 
     .venv-brax/bin/python benchmarks/randomization.py --quick      # a smoke run
     .venv-brax/bin/python benchmarks/randomization.py --pairs 4    # the figure
+    .venv-brax/bin/python benchmarks/randomization.py --pairs 4 --networks small
 """
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -42,13 +52,15 @@ import jax.random as jr
 import numpy as np
 
 try:
-    from brax.training.agents.ppo import train as brax_ppo
+    from brax.training.agents.ppo import networks as ppo_networks, train as brax_ppo
     from mujoco_playground import registry, wrapper
 except ImportError:
     raise SystemExit(
-        "this benchmark needs Brax (jax<0.9) and MuJoCo Playground: run it with "
+        "this benchmark needs Brax and MuJoCo Playground: run it with "
         ".venv-brax/bin/python"
     ) from None
+
+from brax_trainers import provide_device_put_replicated
 
 import eqxrl
 from eqxrl.envs import TimeLimit, brax_randomization, from_brax
@@ -153,11 +165,24 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="toy sizes, one round: a smoke run"
     )
+    parser.add_argument(
+        "--networks",
+        choices=("brax", "small"),
+        default="brax",
+        help="Brax's PPO networks, or (64, 64) on both sides",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write a JSON here")
     args = parser.parse_args()
     pairs = args.pairs or (1 if args.quick else 4)
     episodes = args.eval_episodes or (4 if args.quick else 64)
     settings = {**SETTINGS, **(QUICK if args.quick else {})}
+    provide_device_put_replicated()  # Brax's trainer on jax >= 0.10
+    if args.networks == "small":
+        settings["network_factory"] = functools.partial(
+            ppo_networks.make_ppo_networks,
+            policy_hidden_layer_sizes=(64, 64),
+            value_hidden_layer_sizes=(64, 64),
+        )
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
     env = registry.load(TASK, config_overrides={"impl": "jax"})
@@ -173,7 +198,7 @@ def main() -> None:
     steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
     print(
         f"jax {jax.__version__}, eqxrl {eqxrl.__version__}; {TASK}, {steps:,} steps "
-        f"per run; eqxrl compiled in {eqxrl_compile:.1f} s",
+        f"per run, {args.networks} networks; eqxrl compiled in {eqxrl_compile:.1f} s",
         flush=True,
     )
     rounds = []
@@ -202,7 +227,8 @@ def main() -> None:
     ratios = [r["ratio"] for r in rounds]
     summary = dict(
         task=TASK,
-        settings={k: v for k, v in settings.items()},
+        networks=args.networks,
+        settings={k: str(v) for k, v in settings.items()},
         steps=steps,
         eval_episodes=episodes,
         eqxrl_compile_seconds=eqxrl_compile,

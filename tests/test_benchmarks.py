@@ -19,7 +19,6 @@ import re
 import sys
 from pathlib import Path
 
-import jax
 import pytest
 
 # The benchmarks are user code: standard dtype promotion (optax's Adam, gymnax).
@@ -130,7 +129,7 @@ SMOKE_RUNS = {
             rf"{algo} inverted_pendulum: steps/s median eqxrl {NUMBER}, Brax {NUMBER}"
             for algo in ("ppo", "sac")
         ],
-        ["brax", "jax<0.9"],  # Brax's trainers call jax.device_put_replicated
+        ["brax"],  # with provide_device_put_replicated on jax >= 0.10
     ),
     "multiagent.py": (
         # Every part at toy sizes: 2 epochs of Sorrel's experiment (1 seed), one
@@ -191,6 +190,11 @@ SMOKE_RUNS = {
                     "env steps",
                 ),
                 ("ppo_cartpole", "PPO CartPole, 4 seeds vmapped", "env steps"),
+                (
+                    "ppo_cartpole",
+                    "PPO CartPole, 4 seeds vmapped; eqxrl with command buffers",
+                    "env steps",
+                ),
                 ("snake", "Snake 12x12, 8 envs x 8 steps", "env steps"),
                 ("snake", "Snake 12x12, 16 envs x 8 steps", "env steps"),
                 (
@@ -211,6 +215,10 @@ SMOKE_RUNS = {
         ]
         + [
             r"^\| brax \| .* \| skipped: ",
+            # Row 1's kernel profiles (XLA's CPU thunks, off the GPU).
+            rf"^\| PPO CartPole, 4 seeds vmapped, 8 iterations traced \| eqxrl \| "
+            rf"{NUMBER} \| {NUMBER} \|",
+            r"^pqn_headline: seconds to a greedy 475 on CartPole-v1, .*: median PQN ",
             # The memory table: XLA's total for a program, in MiB.
             rf"^\| PPO CartPole, PureJaxRL's config, 1 seed \| .* \| {NUMBER} \|$",
         ],
@@ -253,10 +261,10 @@ SMOKE_RUNS = {
         ["mujoco", "mujoco_playground", "jax2onnx", "onnxruntime"],
     ),
     "randomization.py": (
-        # One round at toy sizes; Brax's trainer needs jax<0.9 (.venv-brax).
+        # One round at toy sizes (Brax and Playground: .venv-brax, .venv-robot).
         ["--quick"],
         [rf"steps/s ratio median {NUMBER}x \(best {NUMBER}x\)"],
-        ["brax", "mujoco_playground", "jax<0.9"],
+        ["brax", "mujoco_playground"],
     ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
@@ -326,11 +334,7 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
     installed (`make bench-peers`)."""
     arguments, patterns, needs = SMOKE_RUNS[script]
     for module in needs:
-        if module == "jax<0.9":
-            if not hasattr(jax, "device_put_replicated"):  # removed in JAX 0.9
-                pytest.skip(f"needs jax<0.9; JAX {jax.__version__} is installed")
-        else:
-            pytest.importorskip(module)
+        pytest.importorskip(module)
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
     output = run_script(BENCHMARKS / script, *arguments)
@@ -363,6 +367,8 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
             "value_based",
             "treasure_hunt",
             "brax",
+            "pqn_headline",
+            "profile",
             "memory",
             "tricks",
         }
@@ -370,6 +376,9 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
         assert all(
             r["ratio_median"] > 0 for r in report["results"] if r["row"] == "tricks"
         )
+        profiles = [r["profiles"] for r in report["results"] if r["row"] == "profile"]
+        assert len(profiles) == 2, profiles
+        assert all(p["eqxrl"]["kernels"] > 0 for p in profiles), profiles
         assert report["device"].startswith("cpu")
     if script == "multiagent.py":
         # Sorrel's networks at Sorrel's sizes, whatever the run's length: acting
