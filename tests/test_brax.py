@@ -565,6 +565,10 @@ def test_brax_hyperparameters_left_out_take_brax_defaults(pendulum):
     # Brax's default policy: tanh-squashed with the softplus scale from the actor.
     assert network_defaults["distribution_type"].default == "tanh_normal"
     assert implicit.squash_actions and implicit.std_parameterization == "softplus"
+    # ... and its MLPs' initialization: lecun_uniform kernels (zero biases).
+    for name in ("policy_network_kernel_init_fn", "value_network_kernel_init_fn"):
+        assert network_defaults[name].default is jax.nn.initializers.lecun_uniform
+    assert implicit.initialization == "lecun_uniform"
 
 
 def test_brax_sac_hyperparameters_left_out_take_brax_defaults(pendulum):

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from jaxtyping import TypeCheckError
 
 import eqxrl
 from eqxrl.distributions import DiagonalGaussian
@@ -311,6 +312,14 @@ def test_ppo_network_options_are_checked():
         eqxrl.PPO(env=pendulum, actor_hidden_sizes=(0,))
     with pytest.raises(ValueError, match="reward_scale=-1.0"):
         eqxrl.PPO(env=pendulum, reward_scale=-1.0)
+    with pytest.raises((ValueError, TypeCheckError), match="initialization"):
+        eqxrl.PPO(env=pendulum, initialization="glorot")
+    with pytest.raises(ValueError, match="initialization only apply to the def"):
+        eqxrl.PPO(
+            env=pendulum,
+            initialization="lecun_uniform",
+            network_factory=eqxrl.nn.MultiInputActorCritic.from_env,
+        )
     fields = {f.name: f for f in eqxrl.training.config_fields(eqxrl.PPO)}
     assert fields["activation"].choices == ("tanh", "relu", "swish", "elu", "gelu")
     assert fields["reward_scale"].kind == "float" and fields["reward_scale"].optional
@@ -456,6 +465,12 @@ def test_brax_hyperparameters_translate(published, num_steps, total_timesteps):
     assert ppo.hidden_sizes == (32,) * 4 and ppo.critic_hidden_sizes == (256,) * 5
     assert ppo.activation == "swish" and ppo.squash_actions
     assert ppo.state_dependent_std and ppo.std_parameterization == "softplus"
+    # Brax's MLPs' initial weights: lecun_uniform in every layer, the heads too.
+    assert ppo.initialization == "lecun_uniform"
+    model = ppo.make_network(jr.key(0))
+    head = np.asarray(model.actor[-1].weight)
+    assert np.abs(head).max() <= np.sqrt(3.0 / head.shape[1])
+    assert np.abs(head).max() > 0.5 * np.sqrt(3.0 / head.shape[1])
 
 
 def test_brax_hyperparameters_refuse_what_does_not_translate():

@@ -5,9 +5,11 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from jaxtyping import TypeCheckError
 
 from eqxrl.nn import (
     MLPActorCritic,
+    MLPGaussianActorCritic,
     batch_size_hint,
     orthogonal_matrices,
     orthonormal_columns,
@@ -128,6 +130,40 @@ def test_orthogonal_init_under_vmap():
     weights = jax.vmap(first_weight)(jr.split(jr.key(0), 8))
     assert weights.shape == (8, 64, 4)
     assert not np.allclose(weights[0], weights[1])
+
+
+@pytest.mark.parametrize("network_class", ["categorical", "gaussian"])
+def test_lecun_uniform_initialization_is_brax_s(network_class):
+    """`initialization="lecun_uniform"`: every layer's weights uniform in
+    +-sqrt(3 / fan_in) (variance 1 / fan_in, as Brax's `lecun_uniform` kernels),
+    the heads included, zero biases; the default stays orthogonal."""
+    make = (
+        (lambda **kw: MLPActorCritic(16, 3, hidden_sizes=(256, 256), **kw))
+        if network_class == "categorical"
+        else (
+            lambda **kw: MLPGaussianActorCritic(
+                16, 3, hidden_sizes=(256, 256), state_dependent_std=True, **kw
+            )
+        )
+    )
+    network = make(initialization="lecun_uniform", key=jr.key(0))
+    for layer in [*network.actor, *network.critic]:
+        fan_in = layer.weight.shape[1]
+        limit = math.sqrt(3.0 / fan_in)
+        weight = np.asarray(layer.weight)
+        assert np.all(np.abs(weight) <= limit)
+        assert np.abs(weight).max() > 0.9 * limit  # not a narrower draw
+        np.testing.assert_allclose(weight.var(), 1.0 / fan_in, rtol=0.25)
+        assert not np.any(np.asarray(layer.bias))
+    # The policy head is not scaled down as the orthogonal one (gain 0.01) is.
+    orthogonal = make(key=jr.key(0))
+    head = np.asarray(network.actor[-1].weight)
+    assert (
+        np.abs(head).max() > 10 * np.abs(np.asarray(orthogonal.actor[-1].weight)).max()
+    )
+    # Refused by the runtime type check (a ValueError where it is off).
+    with pytest.raises((ValueError, TypeCheckError), match="initialization"):
+        make(initialization="xavier", key=jr.key(0))
 
 
 def test_mlp_actor_critic_outputs():

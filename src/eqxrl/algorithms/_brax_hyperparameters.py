@@ -311,6 +311,7 @@ def brax_ppo_arguments(
         squash_actions=True,
         state_dependent_std=True,
         std_parameterization="softplus",
+        initialization="lecun_uniform",
     )
 
 

@@ -80,6 +80,7 @@ def _optional_tuple(sizes: Any) -> tuple[int, ...] | None:
 
 Activation = Literal["tanh", "relu", "swish", "elu", "gelu"]
 StdParameterization = Literal["log", "softplus"]
+Initialization = Literal["orthogonal", "lecun_uniform"]
 # The activations PPO's default network can use, by name (a name, unlike a
 # function, is written to configs and checkpoint headers).
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
@@ -217,6 +218,10 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
       Brax's); see [`MLPGaussianActorCritic`][eqxrl.nn.MLPGaussianActorCritic].
       Brax's PPO policy is `squash_actions=True, state_dependent_std=True,
       std_parameterization="softplus"`.
+    - `initialization`: the default network's initial weights: `"orthogonal"`
+      (default; PureJaxRL's and CleanRL's gains) or `"lecun_uniform"` (Brax's MLPs:
+      every layer uniform in `+-sqrt(3 / fan_in)`, zero biases); see
+      [`MLPActorCritic`][eqxrl.nn.MLPActorCritic].
     - `actor_keys`: with a `Dict` observation space, the keys the default
       network's actor reads (e.g. `("state",)`); `None` reads all.
     - `critic_keys`: the keys the default network's critic reads (e.g.
@@ -304,6 +309,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     gradient_transform: optax.GradientTransformation | None = eqx.field(
         static=True, default=None
     )
+    initialization: Initialization = eqx.field(static=True, default="orthogonal")
 
     def __check_init__(self):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
@@ -554,6 +560,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             hidden_sizes=self.actor_hidden_sizes or self.hidden_sizes,
             critic_hidden_sizes=self.critic_hidden_sizes or self.hidden_sizes,
             activation=ACTIVATIONS[self.activation],
+            initialization=self.initialization,
         )
         gaussian = {}
         if isinstance(action_space, Box):
@@ -601,6 +608,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 ("squash_actions", False),
                 ("state_dependent_std", False),
                 ("std_parameterization", "log"),
+                ("initialization", "orthogonal"),
             )
             if getattr(self, name) != default
         ]
@@ -609,6 +617,11 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 f"PPO: {', '.join(network_options)} only apply to the default "
                 "network; with network_factory, build your network with them "
                 "instead."
+            )
+        if self.initialization not in ("orthogonal", "lecun_uniform"):
+            raise ValueError(
+                f"PPO: initialization={self.initialization!r} must be 'orthogonal' "
+                "or 'lecun_uniform'."
             )
         if self.std_parameterization not in ("log", "softplus"):
             raise ValueError(

@@ -17,6 +17,7 @@ from ._init import orthogonal_matrices
 from ._linear import apply_linear
 
 StdParameterization = Literal["log", "softplus"]
+Initialization = Literal["orthogonal", "lecun_uniform"]
 
 # The smallest standard deviation of the "softplus" parameterization (the `min_std`
 # of Brax's NormalTanhDistribution).
@@ -204,11 +205,20 @@ def _mlp_weights(
     actor_outputs: int,
     actor_gain: float,
     critic_hidden_sizes: Sequence[int] | None = None,
+    initialization: Initialization = "orthogonal",
 ) -> tuple[list[eqx.nn.Linear], list[eqx.nn.Linear]]:
-    """Actor and critic MLP layers, orthogonally initialized (no LAPACK call).
+    """Actor and critic MLP layers with zero biases: orthogonal weights (no LAPACK
+    call) with gain `sqrt(2)` in hidden layers, `actor_gain` in the policy head and
+    1 in the value head; or, with `initialization="lecun_uniform"`, Brax's MLPs'
+    weights, uniform in `+-sqrt(3 / fan_in)` in every layer (gains unused).
 
     The actor has `hidden_sizes` hidden layers, the critic `critic_hidden_sizes`
     (`None`: the same)."""
+    if initialization not in ("orthogonal", "lecun_uniform"):
+        raise ValueError(
+            f"Actor-critic: initialization={initialization!r} must be 'orthogonal' "
+            "or 'lecun_uniform'."
+        )
     if critic_hidden_sizes is None:
         critic_hidden_sizes = hidden_sizes
     if observation_size < 1 or actor_outputs < 1:
@@ -230,7 +240,16 @@ def _mlp_weights(
     ]
     gains = [math.sqrt(2.0)] * len(hidden_sizes) + [actor_gain]
     gains += [math.sqrt(2.0)] * len(critic_hidden_sizes) + [1.0]
-    weights = orthogonal_matrices(key, shapes, gains)
+    if initialization == "lecun_uniform":
+        weights = [
+            jax.random.uniform(layer_key, shape, minval=-1.0, maxval=1.0)
+            * math.sqrt(3.0 / shape[1])
+            for layer_key, shape in zip(
+                jax.random.split(key, len(shapes)), shapes, strict=True
+            )
+        ]
+    else:
+        weights = orthogonal_matrices(key, shapes, gains)
     num_layers = len(actor_sizes) - 1
     return (
         _linear_layers(actor_sizes, weights[:num_layers]),
@@ -256,7 +275,8 @@ class MLPActorCritic(AbstractActorCritic):
     """Separate actor and critic multi-layer perceptrons on a flattened observation.
 
     Orthogonal initialization as in PureJaxRL / CleanRL: hidden layers with gain
-    `sqrt(2)`, the policy head with `0.01`, the value head with `1.0`, zero biases.
+    `sqrt(2)`, the policy head with `0.01`, the value head with `1.0`, zero biases;
+    or Brax's (`initialization="lecun_uniform"`).
 
     **Arguments:**
 
@@ -267,6 +287,9 @@ class MLPActorCritic(AbstractActorCritic):
     - `critic_hidden_sizes`: widths of the critic's hidden layers; `None`: as the
       actor's.
     - `activation`: activation between layers (default `tanh`).
+    - `initialization`: `"orthogonal"` (default, as above) or `"lecun_uniform"`:
+      every layer's weights uniform in `+-sqrt(3 / fan_in)`, zero biases, as Brax's
+      and Flax's MLPs (`lecun_uniform` kernels).
     - `key`: a PRNG key for the initial weights.
 
     !!! example
@@ -289,10 +312,17 @@ class MLPActorCritic(AbstractActorCritic):
         hidden_sizes: Sequence[int] = (64, 64),
         critic_hidden_sizes: Sequence[int] | None = None,
         activation: Callable[[Array], Array] = jax.nn.tanh,
+        initialization: Initialization = "orthogonal",
         key: PRNGKeyArray,
     ):
         self.actor, self.critic = _mlp_weights(
-            key, observation_size, hidden_sizes, num_actions, 0.01, critic_hidden_sizes
+            key,
+            observation_size,
+            hidden_sizes,
+            num_actions,
+            0.01,
+            critic_hidden_sizes,
+            initialization,
         )
         self.activation = activation
 
@@ -331,7 +361,7 @@ class MLPGaussianActorCritic(AbstractActorCritic):
       `NormalTanhDistribution` (with `state_dependent_std=True, squash=True`, the
       policy head of Brax's PPO and SAC).
 
-    Orthogonal initialization as [`MLPActorCritic`][eqxrl.nn.MLPActorCritic].
+    Initialization as [`MLPActorCritic`][eqxrl.nn.MLPActorCritic]'s (`initialization`).
 
     **Arguments:**
 
@@ -350,6 +380,8 @@ class MLPGaussianActorCritic(AbstractActorCritic):
     - `initial_log_std`: the initial log standard deviation; `None`: that of a
       zero parameter (standard deviation 1 for `"log"`, `log(2) + 0.001` for
       `"softplus"`).
+    - `initialization`: `"orthogonal"` (default) or `"lecun_uniform"` (Brax's), as
+      [`MLPActorCritic`][eqxrl.nn.MLPActorCritic]'s.
     - `key`: a PRNG key for the initial weights.
 
     !!! example
@@ -385,11 +417,18 @@ class MLPGaussianActorCritic(AbstractActorCritic):
         squash: bool = False,
         std_parameterization: StdParameterization = "log",
         initial_log_std: float | None = None,
+        initialization: Initialization = "orthogonal",
         key: PRNGKeyArray,
     ):
         outputs = 2 * action_size if state_dependent_std else action_size
         actor, self.critic = _mlp_weights(
-            key, observation_size, hidden_sizes, outputs, 0.01, critic_hidden_sizes
+            key,
+            observation_size,
+            hidden_sizes,
+            outputs,
+            0.01,
+            critic_hidden_sizes,
+            initialization,
         )
         self.actor, self.log_std = gaussian_scale_parameter(
             "MLPGaussianActorCritic",

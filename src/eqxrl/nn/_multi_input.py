@@ -12,6 +12,7 @@ from ..distributions import DiagonalGaussian, MaskedCategorical
 from ..envs import AbstractSpace, Box, Dict, Discrete, is_leaf_space
 from ._actor_critic import (
     AbstractActorCritic,
+    Initialization,
     StdParameterization,
     _forward,
     _mlp_weights,
@@ -165,6 +166,8 @@ class MultiInputActorCritic(AbstractActorCritic):
     - `state_dependent_std`, `squash`, `std_parameterization`, `initial_log_std`:
       the Gaussian head of a `Box` action space, as in
       [`MLPGaussianActorCritic`][eqxrl.nn.MLPGaussianActorCritic]; only for `Box`.
+    - `initialization`: the MLPs' weights, `"orthogonal"` (default) or
+      `"lecun_uniform"` (Brax's), as [`MLPActorCritic`][eqxrl.nn.MLPActorCritic]'s.
     - `key`: a PRNG key for the initial weights.
     """
 
@@ -204,6 +207,7 @@ class MultiInputActorCritic(AbstractActorCritic):
         squash: bool = False,
         std_parameterization: StdParameterization = "log",
         initial_log_std: float | None = None,
+        initialization: Initialization = "orthogonal",
         key: PRNGKeyArray,
     ):
         gaussian_options = (
@@ -246,6 +250,7 @@ class MultiInputActorCritic(AbstractActorCritic):
                 actor_outputs,
                 0.01,
                 critic_hidden_sizes,
+                initialization,
             )
             _, self.critic = _mlp_weights(
                 critic_mlp_key,
@@ -254,6 +259,7 @@ class MultiInputActorCritic(AbstractActorCritic):
                 actor_outputs,
                 0.01,
                 critic_hidden_sizes,
+                initialization,
             )
         else:
             self.actor, self.critic = _mlp_weights(
@@ -263,6 +269,7 @@ class MultiInputActorCritic(AbstractActorCritic):
                 actor_outputs,
                 0.01,
                 critic_hidden_sizes,
+                initialization,
             )
         self.log_std = None
         self.action_size = None
