@@ -467,6 +467,8 @@ def test_brax_hyperparameters_translate(published, num_steps, total_timesteps):
     assert ppo.state_dependent_std and ppo.std_parameterization == "softplus"
     # Brax's MLPs' initial weights: lecun_uniform in every layer, the heads too.
     assert ppo.initialization == "lecun_uniform"
+    # Not recomputed at every epoch (see docs/continuous-control.md).
+    assert not ppo.recompute_advantages
     model = ppo.make_network(jr.key(0))
     head = np.asarray(model.actor[-1].weight)
     assert np.abs(head).max() <= np.sqrt(3.0 / head.shape[1])

@@ -183,3 +183,42 @@ def test_rollout_bootstraps_truncation_from_the_final_observation():
     assert (values[truncated] != 0).all()
     # The bootstrap value is not the value of the reset observation that follows.
     assert not np.allclose(values[4], np.asarray(transitions.value)[5])
+
+
+def _arrays(tree):
+    return jax.tree.leaves(eqx.filter(tree, eqx.is_array))
+
+
+def test_recompute_advantages_revalues_the_rollout_with_the_current_critic(env):
+    """`recompute_advantages=True`: every epoch's advantages and value targets
+    come from the critic as it is then. With the critic frozen (`vf_coef=0`: no
+    value gradient reaches the default network's separate critic) they are the
+    rollout's, and training is what it is without the option; with the critic
+    learning, the later epochs' advantages differ and so does the result."""
+    settings = dict(SMALL, num_epochs=3)
+
+    def final_model(**options):
+        state, _ = eqxrl.PPO(env=env, **settings, **options).train(jr.key(0))
+        return _arrays(state.model)
+
+    frozen = final_model(vf_coef=0.0)
+    frozen_recomputed = final_model(vf_coef=0.0, recompute_advantages=True)
+    for a, b in zip(frozen, frozen_recomputed):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    learning = final_model()
+    learning_recomputed = final_model(recompute_advantages=True)
+    assert any(
+        not np.allclose(a, b, rtol=1e-4, atol=1e-5)
+        for a, b in zip(learning, learning_recomputed)
+    )
+
+
+def test_recompute_advantages_refuses_a_recurrent_critic(env):
+    ppo = eqxrl.PPO(
+        env=env,
+        **SMALL,
+        recompute_advantages=True,
+        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+    )
+    with pytest.raises(ValueError, match="recompute_advantages=True needs a feed"):
+        ppo.train(jr.key(0))

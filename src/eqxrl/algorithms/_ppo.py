@@ -1,5 +1,6 @@
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -222,6 +223,15 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
       (default; PureJaxRL's and CleanRL's gains) or `"lecun_uniform"` (Brax's MLPs:
       every layer uniform in `+-sqrt(3 / fan_in)`, zero biases); see
       [`MLPActorCritic`][eqxrl.nn.MLPActorCritic].
+    - `recompute_advantages`: at the start of every epoch, value the rollout's
+      observations again with the critic as it is then and recompute the
+      advantages and value targets from those values (Andrychowicz et al. 2021,
+      "What Matters In On-Policy Reinforcement Learning?", recommend it; Brax
+      recomputes them in every minibatch). `False` (default): once per
+      iteration, with the values the rollout stored. It costs one pass of the
+      critic over the rollout per epoch; a feed-forward critic only. On
+      Playground's `CartpoleBalance` it did not help (see [Continuous
+      control](../continuous-control.md#from-brax-to-eqxrl)).
     - `actor_keys`: with a `Dict` observation space, the keys the default
       network's actor reads (e.g. `("state",)`); `None` reads all.
     - `critic_keys`: the keys the default network's critic reads (e.g.
@@ -310,6 +320,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         static=True, default=None
     )
     initialization: Initialization = eqx.field(static=True, default="orthogonal")
+    recompute_advantages: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
@@ -395,7 +406,8 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         **brax_arguments)` (Brax 0.14): the same environment steps per iteration,
         minibatch size, passes and total environment steps, and Brax's policy
         (tanh-squashed Gaussian with a softplus scale from the actor, swish
-        layers of `(32,) * 4` for the policy and `(256,) * 5` for the value).
+        layers of `(32,) * 4` for the policy and `(256,) * 5` for the value, from
+        Brax's initial weights).
 
         Brax's hyperparameters, e.g. the published ones of its training notebook,
         go in unchanged: `PPO.from_brax_hyperparameters(env, **train_fn.keywords)`
@@ -1322,9 +1334,6 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
 
         `(state, metrics)`, with `state.iteration` one more; see `train_iteration`.
         """
-        # The value of the state each step led to: the next step's value, the last
-        # observation's after the rollout, and the final observation's where an
-        # episode was truncated (AutoReset already shows the next episode there).
         acting = self.acting_model(state.model, state.observation_statistics)
         recurrent = acting.is_recurrent
         if recurrent and segment_carry is None:
@@ -1332,12 +1341,25 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 "PPO.learn: a recurrent network needs the carries its rollout "
                 "started from (segment_carry)."
             )
-        last_value = jax.vmap(acting.step_value)(
-            self.starting_carries(acting, state.carry, state.timestep),
-            state.timestep.observation,
-        )
-        next_values = jnp.concatenate([transitions.value[1:], last_value[None]])
-        next_values = jnp.where(transitions.truncated, truncation_values, next_values)
+        if recurrent and self.recompute_advantages:
+            raise ValueError(
+                "PPO: recompute_advantages=True needs a feed-forward critic (a "
+                "recurrent one would replay every sequence at each epoch)."
+            )
+        last_carries = self.starting_carries(acting, state.carry, state.timestep)
+
+        def next_state_values(acting, values):
+            # The value of the state each step led to: the next step's value, the
+            # last observation's after the rollout, and the final observation's
+            # where an episode was truncated (AutoReset already shows the next
+            # episode there; valued by the rollout's critic).
+            last_value = jax.vmap(acting.step_value)(
+                last_carries, state.timestep.observation
+            )
+            next_values = jnp.concatenate([values[1:], last_value[None]])
+            return jnp.where(transitions.truncated, truncation_values, next_values)
+
+        next_values = next_state_values(acting, transitions.value)
         rewards = transitions.reward
         if self.reward_scale is not None:
             rewards = rewards * self.reward_scale
@@ -1347,15 +1369,19 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             rewards, return_statistics, discounted_returns = self._normalize_rewards(
                 transitions, return_statistics, discounted_returns
             )
-        advantages, returns = compute_gae(
-            rewards,
-            transitions.value,
-            next_values,
-            transitions.terminated,
-            transitions.truncated,
-            self.gamma,
-            self.gae_lambda,
-        )
+
+        def advantages_and_returns(values, next_values):
+            return compute_gae(
+                rewards,
+                values,
+                next_values,
+                transitions.terminated,
+                transitions.truncated,
+                self.gamma,
+                self.gae_lambda,
+            )
+
+        advantages, returns = advantages_and_returns(transitions.value, next_values)
 
         num_steps, num_columns = transitions.reward.shape
         batch_size = num_steps * num_columns
@@ -1364,6 +1390,26 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             lambda x: x.reshape(batch_size, *x.shape[2:]),
             (transitions, advantages, returns),
         )
+
+        def current_advantages(model):
+            # The advantages and value targets of the critic as it is now, the
+            # rollout's observations valued once more.
+            acting = self.acting_model(model, state.observation_statistics)
+            values = map_over_row_blocks(
+                jax.vmap(acting.value),
+                (self._restore_observation(flat[0].observation),),
+                cpu_row_blocks(batch_size, model),
+            )
+            values = jax.lax.stop_gradient(values.reshape(num_steps, num_columns))
+            advantages, returns = advantages_and_returns(
+                values, next_state_values(acting, values)
+            )
+            return (
+                flat[0],
+                advantages.reshape(batch_size),
+                returns.reshape(batch_size),
+            )
+
         optimizer = self.make_optimizer()
         grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
         squashed = self._squashed_policy(state)
@@ -1374,7 +1420,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         else:
             num_rows, minibatch_rows = batch_size, minibatch_size
 
-        def minibatch_update(carry, inputs):
+        def minibatch_update(rows, carry, inputs):
             model, optimizer_state = carry
             indices, noise_key = inputs if squashed else (inputs, None)
             if recurrent:
@@ -1384,7 +1430,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 batch_carry = jtu.tree_map(lambda x: x[indices], segment_carry)
             else:
                 batch, batch_advantages, batch_returns = jtu.tree_map(
-                    lambda x: x[indices], flat
+                    lambda x: x[indices], rows
                 )
             noise = None
             if squashed:
@@ -1420,13 +1466,16 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             return (model, optimizer_state), statistics
 
         def epoch(carry, epoch_key):
+            rows = current_advantages(carry[0]) if self.recompute_advantages else flat
             if squashed:
                 epoch_key, noise_key = split(epoch_key)
             permutation = random_permutation(epoch_key, num_rows)
             indices = permutation.reshape(self.num_minibatches, minibatch_rows)
             if squashed:
                 indices = (indices, split(noise_key, self.num_minibatches))
-            return filter_scan(minibatch_update, carry, indices)
+            return filter_scan(
+                functools.partial(minibatch_update, rows), carry, indices
+            )
 
         (model, optimizer_state), statistics = filter_scan(
             epoch,
