@@ -189,6 +189,12 @@ SMOKE_RUNS = {
                     "PPO CartPole, PureJaxRL's config, 1 seed",
                     "env steps",
                 ),
+                (
+                    "ppo_cartpole",
+                    r"PPO CartPole, PureJaxRL's config, 1 seed; eqxrl with "
+                    r"throw=False \(no divergence check\)",
+                    "env steps",
+                ),
                 ("ppo_cartpole", "PPO CartPole, 4 seeds vmapped", "env steps"),
                 (
                     "ppo_cartpole",

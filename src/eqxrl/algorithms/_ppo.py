@@ -997,8 +997,6 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             network_carry, stored_action, action, log_prob, value = self.act(
                 model, timestep, keys[:, 0], network_carry
             )
-            if critic_after_rollout:
-                value = jnp.zeros_like(value)
             env_state, next_timestep = step_environments(
                 env_state, action, keys[:, 1], network_carry
             )
@@ -1008,6 +1006,10 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             transition = self.transition(
                 timestep, stored_action, log_prob, value, next_timestep
             )
+            if critic_after_rollout:
+                # The steps store no value (no placeholder to write at every
+                # step); it is filled in after the rollout.
+                transition = eqx.tree_at(lambda t: t.value, transition, None)
             if next_observation:
                 # AutoReset's `final_observation` is the pre-reset observation on
                 # every step (the step's own observation where no episode ended).
@@ -1042,7 +1044,9 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 jax.vmap(model.value), (rows,), cpu_row_blocks(num_rows, model)
             )
             values = values.reshape(self.num_steps, self.num_envs)
-            transitions = eqx.tree_at(lambda t: t.value, transitions, values)
+            transitions = eqx.tree_at(
+                lambda t: t.value, transitions, values, is_leaf=lambda x: x is None
+            )
         return env_state, timestep, carry, transitions, truncation_values
 
     def _loss(
