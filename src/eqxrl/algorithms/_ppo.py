@@ -1035,19 +1035,26 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 )
             )
         if critic_after_rollout:
-            observations = self._restore_observation(transitions.observation)
-            num_rows = self.num_steps * self.num_envs
-            rows = jtu.tree_map(
-                lambda x: x.reshape(num_rows, *x.shape[2:]), observations
-            )
-            values = map_over_row_blocks(
-                jax.vmap(model.value), (rows,), cpu_row_blocks(num_rows, model)
-            )
-            values = values.reshape(self.num_steps, self.num_envs)
+            values = self._rollout_values(model, transitions.observation)
             transitions = eqx.tree_at(
                 lambda t: t.value, transitions, values, is_leaf=lambda x: x is None
             )
         return env_state, timestep, carry, transitions, truncation_values
+
+    def _rollout_values(
+        self, model: AbstractActorCritic, observations: PyTree[Array]
+    ) -> Float[Array, "num_steps n"]:
+        """A feed-forward critic's values of a rollout's stored observations
+        (`[num_steps, n, ...]` leaves), as one batch of rows (on CPU, in blocks
+        that stay in cache)."""
+        observations = self._restore_observation(observations)
+        num_steps, num_columns = jtu.tree_leaves(observations)[0].shape[:2]
+        num_rows = num_steps * num_columns
+        rows = jtu.tree_map(lambda x: x.reshape(num_rows, *x.shape[2:]), observations)
+        values = map_over_row_blocks(
+            jax.vmap(model.value), (rows,), cpu_row_blocks(num_rows, model)
+        )
+        return values.reshape(num_steps, num_columns)
 
     def _loss(
         self,
@@ -1399,12 +1406,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             # The advantages and value targets of the critic as it is now, the
             # rollout's observations valued once more.
             acting = self.acting_model(model, state.observation_statistics)
-            values = map_over_row_blocks(
-                jax.vmap(acting.value),
-                (self._restore_observation(flat[0].observation),),
-                cpu_row_blocks(batch_size, model),
-            )
-            values = jax.lax.stop_gradient(values.reshape(num_steps, num_columns))
+            values = self._rollout_values(acting, transitions.observation)
             advantages, returns = advantages_and_returns(
                 values, next_state_values(acting, values)
             )
