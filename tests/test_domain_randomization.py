@@ -96,6 +96,40 @@ def test_parameters_are_resampled_per_episode_under_auto_reset():
     assert len(np.unique(gravity[[0, 1, 3, 5]])) == 4
 
 
+def test_parameters_drawn_once_per_environment_are_kept_across_episodes():
+    """`per_episode=False` (Brax's way): each environment keeps its first draw
+    through the episodes AutoReset starts; a fresh reset still draws anew."""
+    randomized = DomainRandomization(
+        TimeLimit(CartPole(), 2), sample_physics, per_episode=False
+    )
+    env = AutoReset(randomized)
+
+    @jax.jit
+    def run(key):
+        state, _ = env.reset(key)
+
+        def body(state, key):
+            state, timestep = env.step(state, jnp.int32(0), key)
+            return state, (state.parameters["gravity"], timestep.truncated, state)
+
+        return jax.lax.scan(body, state, jr.split(jr.fold_in(key, 1), 6))[1]
+
+    gravity, truncated, states = run(jr.key(0))
+    assert truncated.tolist() == [False, True] * 3
+    gravity = np.asarray(gravity)
+    assert len(np.unique(gravity)) == 1
+    # The episodes restarted: the time limit's step count went back to 0.
+    assert np.asarray(states.env_state.step_count).tolist() == [1, 0] * 3
+    # Episodes still start from new initial states.
+    physics = np.asarray(states.env_state.env_state.physics)
+    assert not np.array_equal(physics[1], physics[3])
+    # A fresh reset (another run, an evaluation episode) draws anew, and the
+    # held-out sampler keeps the choice.
+    first, _ = randomized.reset(jr.key(1))
+    assert float(first.parameters["gravity"]) != gravity[0]
+    assert not randomized.with_sample_fn(sample_physics).per_episode
+
+
 def test_check_environment_accepts_it():
     eqxrl.envs.check_environment(
         DomainRandomization(eqxrl.envs.make("CartPole-v1"), sample_physics)
@@ -317,6 +351,27 @@ def test_brax_randomization_samples_per_environment_and_steps_with_it():
     np.testing.assert_allclose(timesteps.observation[:, 1], expected, rtol=1e-5)
     # The Brax environment given is left as it was.
     assert float(brax_env.env.sys.gravity) == pytest.approx(9.8)
+
+
+def test_brax_randomization_can_draw_once_per_environment():
+    """`per_episode=False`, Brax's way: a restarted episode keeps the draw."""
+    env = eqxrl.envs.brax_randomization(
+        TimeLimit(eqxrl.envs.from_brax(FakeBraxEnv()), 10),
+        fake_randomization_fn,
+        per_episode=False,
+    )
+    assert not env.per_episode
+    state, _ = env.reset(jr.key(0))
+    restarted, timestep = env.restart(state, jr.key(1))
+    assert float(restarted.parameters["gravity"]) == float(state.parameters["gravity"])
+    assert (
+        timestep.extras[ENV_METRICS]["domain_parameters/gravity"]
+        == state.parameters["gravity"]
+    )
+    redrawn, _ = eqxrl.envs.brax_randomization(
+        TimeLimit(eqxrl.envs.from_brax(FakeBraxEnv()), 10), fake_randomization_fn
+    ).restart(state, jr.key(1))
+    assert float(redrawn.parameters["gravity"]) != float(state.parameters["gravity"])
 
 
 def test_brax_randomization_keeps_only_the_leaves_it_batches():

@@ -131,7 +131,8 @@ def parameter_metrics(parameters: PyTree[Array]) -> dict[str, Float[Array, ""]]:
 
 class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
     """Sample an environment's parameters (physics constants) at every reset, one
-    draw per environment and per episode, and step with them.
+    draw per environment and per episode (or, with `per_episode=False`, one draw per
+    environment for the whole run, as Brax's trainers do), and step with them.
 
     `reset(key)` splits the key, draws `parameters = sample_fn(key)`, applies them
     to the wrapped environment and resets it; the parameters stay in the state
@@ -148,6 +149,14 @@ class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
     several values gives its mean), from `reset` on; the algorithms average them
     over each iteration into their metrics under the same names. On the step where
     an episode ends, they are the ended episode's.
+
+    With `per_episode=False`, an episode that [`AutoReset`][eqxrl.envs.AutoReset]
+    starts after another keeps the ended episode's parameters
+    ([`restart`][eqxrl.envs.AbstractEnvironment.restart] keeps them): each
+    environment is drawn once, at its first reset, and trains on that draw for the
+    whole run. That is what Brax's `DomainRandomizationVmapWrapper` does (its
+    `randomization_fn` draws one system per environment before training). A fresh
+    `reset` (a new run, an evaluation episode) always draws anew.
 
     To evaluate on parameters held out from training, evaluate
     [`with_sample_fn`][eqxrl.envs.DomainRandomization.with_sample_fn]`(held_out)`
@@ -167,6 +176,9 @@ class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
       environment with the parameters applied, for anything that is not a plain
       field (e.g. a scale of several fields). By default, the dict's values replace
       the innermost environment's fields of those names.
+    - `per_episode`: draw new parameters for every episode (`True`, the default),
+      or once per environment, at its first reset, keeping them across the
+      episodes `AutoReset` starts (`False`).
 
     !!! example
 
@@ -198,6 +210,7 @@ class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
     apply_fn: Callable[[AbstractEnvironment, PyTree], AbstractEnvironment] | None = (
         eqx.field(static=True, default=None)
     )
+    per_episode: bool = eqx.field(static=True, default=True)
 
     def __check_init__(self):
         if not callable(self.sample_fn):
@@ -226,9 +239,10 @@ class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
 
         **Returns:**
 
-        A new [`DomainRandomization`][eqxrl.envs.DomainRandomization].
+        A new [`DomainRandomization`][eqxrl.envs.DomainRandomization] (`apply_fn`
+        and `per_episode` kept).
         """
-        return DomainRandomization(self.env, sample_fn, self.apply_fn)
+        return DomainRandomization(self.env, sample_fn, self.apply_fn, self.per_episode)
 
     def sample(self, key: PRNGKeyArray) -> PyTree:
         """One draw of `sample_fn` (with the default `apply_fn`, each value cast to
@@ -271,6 +285,21 @@ class DomainRandomization(AbstractWrapper[DomainRandomizationState]):
         env_state, timestep = self.environment(parameters).reset(reset_key)
         state = DomainRandomizationState(env_state, parameters)
         return state, _with_parameter_metrics(timestep, parameters)
+
+    def restart(
+        self, state: DomainRandomizationState, key: PRNGKeyArray
+    ) -> tuple[DomainRandomizationState, TimeStep]:
+        """A new episode after the one in `state`: with fresh parameters
+        (`per_episode=True`), or with the ended episode's (`per_episode=False`)."""
+        if self.per_episode:
+            return super().restart(state, key)
+        # The same key use as `reset`, so a run's episodes are drawn from the
+        # same stream whichever way its parameters are kept.
+        _, reset_key = split(key)
+        env = self.environment(state.parameters)
+        env_state, timestep = env.restart(state.env_state, reset_key)
+        state = DomainRandomizationState(env_state, state.parameters)
+        return state, _with_parameter_metrics(timestep, state.parameters)
 
     def step(
         self, state: DomainRandomizationState, action, key: PRNGKeyArray

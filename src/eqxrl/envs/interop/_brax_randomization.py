@@ -68,7 +68,9 @@ def _take_first(batched: Any, in_axes: Any) -> dict[str, Array]:
 
 
 def brax_randomization(
-    env: AbstractEnvironment, randomization_fn: Callable[[Any, Array], Any]
+    env: AbstractEnvironment,
+    randomization_fn: Callable[[Any, Array], Any],
+    per_episode: bool = True,
 ) -> DomainRandomization:
     """Randomize a Brax or MuJoCo Playground environment with a randomization
     function written for Brax's trainers, as it is.
@@ -80,8 +82,9 @@ def brax_randomization(
     along `in_axes` on the leaves it randomizes. Here it is called with a batch of
     one key (uint32 words, as Brax keys are) at every reset of every environment,
     and element 0 along `in_axes` of each randomized leaf is kept in the state, so
-    parameters are drawn per environment and per episode inside the compiled loop
-    (Brax draws once per environment for the whole run). Every step sets the
+    parameters are drawn per environment and per episode inside the compiled loop,
+    or, with `per_episode=False`, once per environment for the whole run, as Brax's
+    trainers draw them. Every step sets the
     system's leaves to those values (in a copy of the Brax environment: the one
     given is never changed).
 
@@ -95,6 +98,8 @@ def brax_randomization(
       wrapped (e.g. in [`TimeLimit`][eqxrl.envs.TimeLimit]).
     - `randomization_fn`: `randomization_fn(sys, rng) -> (batched_sys, in_axes)`,
       as Brax and Playground define it.
+    - `per_episode`: draw per episode (`True`, the default) or once per environment
+      (`False`); see [`DomainRandomization`][eqxrl.envs.DomainRandomization].
 
     **Returns:**
 
@@ -154,4 +159,4 @@ def brax_randomization(
         return replace_innermost(env, replaced)
 
     jax.eval_shape(sample_fn, jax.random.key(0))  # a wrong function fails here
-    return DomainRandomization(env, sample_fn, apply_fn)
+    return DomainRandomization(env, sample_fn, apply_fn, per_episode)
