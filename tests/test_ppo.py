@@ -213,6 +213,89 @@ def test_recompute_advantages_revalues_the_rollout_with_the_current_critic(env):
     )
 
 
+class TaggedEnvironment(eqxrl.envs.AbstractEnvironment):
+    """Observes one number, drawn at reset and kept: the environment's tag (its
+    episodes outlast the test's rollouts)."""
+
+    def reset(self, key):
+        tag = jr.uniform(key, (1,))
+        return tag, self._timestep(tag)
+
+    def step(self, state, action, key):
+        return state, self._timestep(state)
+
+    def _timestep(self, tag):
+        return eqxrl.envs.TimeStep(
+            observation=tag,
+            reward=jnp.float32(1.0),
+            terminated=jnp.bool_(False),
+            truncated=jnp.bool_(False),
+        )
+
+    @property
+    def observation_space(self):
+        return eqxrl.envs.Box(0.0, 1.0, shape=(1,))
+
+    @property
+    def action_space(self):
+        return eqxrl.envs.Discrete(2)
+
+
+class MinibatchRecordingPPO(eqxrl.PPO):
+    """PPO whose loss sends every minibatch's observations to the host."""
+
+    def _loss(self, model, observation_statistics, batch, *rest):
+        jax.debug.callback(MINIBATCHES.append, batch.observation[:, 0])
+        return super()._loss(model, observation_statistics, batch, *rest)
+
+
+MINIBATCHES = []
+
+
+@pytest.mark.parametrize("whole_environments", [False, True])
+def test_minibatch_environments_draws_whole_rollouts(whole_environments):
+    """With `minibatch_environments=True` each minibatch is the whole rollouts of
+    num_envs / num_minibatches environments (each environment's tag seen
+    num_steps times); by default its rows come from across the environments."""
+    num_envs, num_steps, num_minibatches = 8, 16, 4
+    ppo = MinibatchRecordingPPO(
+        env=TaggedEnvironment(),
+        num_envs=num_envs,
+        num_steps=num_steps,
+        total_timesteps=num_envs * num_steps,
+        num_epochs=2,
+        num_minibatches=num_minibatches,
+        hidden_sizes=(4,),
+        minibatch_environments=whole_environments,
+    )
+    MINIBATCHES.clear()
+    jax.block_until_ready(ppo.train(jr.key(0)))
+    assert len(MINIBATCHES) == 2 * num_minibatches
+    for epoch in (MINIBATCHES[:num_minibatches], MINIBATCHES[num_minibatches:]):
+        # Every step of every environment, once per epoch.
+        tags, repeats = np.unique(np.concatenate(epoch), return_counts=True)
+        assert len(tags) == num_envs and (repeats == num_steps).all()
+        counts = [np.unique(rows, return_counts=True) for rows in epoch]
+        if whole_environments:
+            for tags, repeats in counts:
+                assert len(tags) == num_envs // num_minibatches
+                assert (repeats == num_steps).all()
+        else:
+            assert all(len(tags) > num_envs // num_minibatches for tags, _ in counts)
+
+
+def test_minibatch_environments_needs_num_minibatches_to_divide_num_envs(env):
+    with pytest.raises(ValueError, match="num_minibatches=3 must divide num_envs=4"):
+        eqxrl.PPO(
+            env=env,
+            num_envs=4,
+            num_steps=6,
+            total_timesteps=48,
+            num_minibatches=3,
+            minibatch_environments=True,
+        )
+
+
 def test_recompute_advantages_refuses_a_recurrent_critic(env):
     ppo = eqxrl.PPO(
         env=env,

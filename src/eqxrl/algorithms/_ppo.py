@@ -232,6 +232,11 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
       critic over the rollout per epoch; a feed-forward critic only. On
       Playground's `CartpoleBalance` it did not help (see [Continuous
       control](../continuous-control.md#from-brax-to-eqxrl)).
+    - `minibatch_environments`: each minibatch is the whole rollouts of
+      `num_envs / num_minibatches` environments (as a recurrent network's always
+      are, and as Brax's PPO draws its minibatches), instead of steps drawn from
+      every environment (`False`, default). `num_minibatches` must divide
+      `num_envs`.
     - `actor_keys`: with a `Dict` observation space, the keys the default
       network's actor reads (e.g. `("state",)`); `None` reads all.
     - `critic_keys`: the keys the default network's critic reads (e.g.
@@ -321,6 +326,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     )
     initialization: Initialization = eqx.field(static=True, default="orthogonal")
     recompute_advantages: bool = eqx.field(static=True, default=False)
+    minibatch_environments: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
@@ -383,6 +389,13 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         network = check_actor_critic(
             "PPO", self.env, self.make_network, self.network_factory
         )
+        if self.minibatch_environments and self.num_envs % self.num_minibatches:
+            raise ValueError(
+                "PPO: minibatch_environments=True draws minibatches of whole "
+                f"environments: num_minibatches={self.num_minibatches} must divide "
+                f"num_envs={self.num_envs}; choose num_minibatches among the "
+                f"divisors of {self.num_envs}, or change num_envs."
+            )
         # A multi-agent environment's learners (Independent) may have more
         # columns than worlds: Independent checks those.
         if (
@@ -1422,9 +1435,15 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         if recurrent:
             # Minibatches of whole sequences: environments, not steps.
             sequences = self._sequences(transitions, advantages, returns)
+        if recurrent or self.minibatch_environments:
             num_rows, minibatch_rows = num_columns, num_columns // self.num_minibatches
         else:
             num_rows, minibatch_rows = batch_size, minibatch_size
+
+        def environment_rows(x, environments):
+            # The rows of whole environments' rollouts (rows are step-major).
+            by_environment = x.reshape(num_steps, num_columns, *x.shape[1:])
+            return by_environment[:, environments].reshape(-1, *x.shape[1:])
 
         def minibatch_update(rows, carry, inputs):
             model, optimizer_state = carry
@@ -1434,6 +1453,10 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                     lambda x: x[:, indices], sequences
                 )
                 batch_carry = jtu.tree_map(lambda x: x[indices], segment_carry)
+            elif self.minibatch_environments:
+                batch, batch_advantages, batch_returns = jtu.tree_map(
+                    lambda x: environment_rows(x, indices), rows
+                )
             else:
                 batch, batch_advantages, batch_returns = jtu.tree_map(
                     lambda x: x[indices], rows
