@@ -662,3 +662,144 @@ def test_translated_ppo_runs_the_environment_steps_brax_runs():
     assert steps[-1] == ppo.total_timesteps == 8 * 160
     assert ppo.num_envs * ppo.num_steps == 160 and ppo.minibatch_size == 8 * 5
     assert np.diff(steps).tolist() == [640, 640]  # after the initial evaluation
+
+
+@jax.numpy_rank_promotion("allow")  # Brax's normalizer broadcasts
+def test_translated_ppo_loss_and_gradients_are_brax_own(pendulum):
+    """One minibatch from identical parameters, normalizer and batch: the translated
+    PPO's loss terms and gradients are Brax's `compute_ppo_loss`'s, given Brax's
+    advantages and value targets; eqxrl's value targets are Brax's too, while its
+    advantages are GAE's, not Brax's `r + gamma * v_{t+1} - V` (documented)."""
+    from brax.training import types
+    from brax.training.acme import running_statistics, specs
+    from brax.training.agents.ppo import losses as brax_losses, networks as brax_nets
+
+    layers = (16, 16)
+    ppo = eqxrl.PPO.from_brax_hyperparameters(
+        from_brax(pendulum), num_timesteps=1000, episode_length=100, num_envs=2,
+        batch_size=2, num_minibatches=1, unroll_length=32, discounting=0.97,
+        entropy_cost=1e-2, reward_scaling=0.1, normalize_observations=True,
+        policy_hidden_layer_sizes=layers, value_hidden_layer_sizes=layers,
+    )  # fmt: skip
+    size, envs, steps = pendulum.observation_size, 2, 32
+    network = brax_nets.make_ppo_networks(
+        size, 1, running_statistics.normalize, layers, layers
+    )
+    keys = jr.split(jr.key(0), 8)
+    params = brax_losses.PPONetworkParams(
+        policy=network.policy_network.init(keys[0]),
+        value=network.value_network.init(keys[1]),
+    )
+    normalizer = running_statistics.update(
+        running_statistics.init_state(specs.Array((size,), jnp.float32)),
+        jr.normal(keys[2], (500, size)) * 2.0 + 0.5,
+    )
+    observation = jr.normal(keys[3], (envs, steps, size)) * 2.0 + 0.5
+    logits = network.policy_network.apply(normalizer, params.policy, observation)
+    distribution = network.parametric_action_distribution
+    pre_squash = distribution.sample_no_postprocessing(logits, keys[4])
+    # A little off-policy, so that the ratio is not 1.
+    log_prob = distribution.log_prob(logits, pre_squash) + 0.05 * jr.normal(
+        keys[5], (envs, steps)
+    )
+    reward = jr.uniform(keys[6], (envs, steps))
+    zeros = jnp.zeros((envs, steps))
+    data = types.Transition(
+        observation=observation,
+        action=jnp.tanh(pre_squash),
+        reward=reward,
+        discount=1.0 - zeros,
+        next_observation=observation + 0.1,
+        extras={
+            "policy_extras": {
+                "raw_action": pre_squash,
+                "log_prob": log_prob,
+                "distribution_params": logits,
+            },
+            "state_extras": {"truncation": zeros},
+        },
+    )
+    loss_key = keys[7]
+    (brax_total, brax_terms), brax_grads = jax.value_and_grad(
+        brax_losses.compute_ppo_loss, has_aux=True
+    )(
+        params, normalizer, data, loss_key, network, ppo.ent_coef, ppo.gamma,
+        ppo.reward_scale, ppo.gae_lambda, ppo.clip_eps, True, ppo.vf_coef,
+    )  # fmt: skip
+
+    def eqxrl_layers(brax_params):
+        inner = brax_params["params"]
+        return [
+            (inner[f"hidden_{i}"]["kernel"].T, inner[f"hidden_{i}"]["bias"])
+            for i in range(len(inner))
+        ]
+
+    model = ppo.init(jr.key(1)).model
+    for part, brax_params in (("actor", params.policy), ("critic", params.value)):
+        for i, (weight, bias) in enumerate(eqxrl_layers(brax_params)):
+            model = eqx.tree_at(
+                lambda m: (getattr(m, part)[i].weight, getattr(m, part)[i].bias),
+                model,
+                (weight, bias),
+            )
+    statistics = eqxrl.nn.RunningMeanStd(
+        normalizer.mean, jnp.square(normalizer.std), jnp.float32(500.0)
+    )
+
+    # Brax's targets from the same values; eqxrl's GAE targets agree with them.
+    def step_major(x):
+        return jnp.swapaxes(x, 0, 1)
+
+    values = step_major(
+        network.value_network.apply(normalizer, params.value, observation)
+    )
+    last_value = network.value_network.apply(
+        normalizer, params.value, observation[:, -1] + 0.1
+    )
+    targets, brax_advantages = brax_losses.compute_gae(
+        step_major(zeros), step_major(zeros), step_major(reward) * ppo.reward_scale,
+        values, last_value, ppo.gae_lambda, ppo.gamma,
+    )  # fmt: skip
+    no = jnp.zeros((steps, envs), bool)
+    next_values = jnp.concatenate([values[1:], last_value[None]])
+    gae_advantages, returns = eqxrl.algorithms.compute_gae(
+        step_major(reward) * ppo.reward_scale, values, next_values, no, no,
+        ppo.gamma, ppo.gae_lambda,
+    )  # fmt: skip
+    np.testing.assert_allclose(returns, targets, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(gae_advantages, brax_advantages, atol=1e-3)
+
+    def rows(x):
+        return step_major(x).reshape(steps * envs, *x.shape[2:])
+
+    batch = jax.vmap(
+        lambda o, a, p, v, r: eqxrl.buffers.Transition(
+            o, a, p, v, r, jnp.bool_(False), jnp.bool_(False), None, {}
+        )
+    )(rows(observation), rows(pre_squash), rows(log_prob), values.ravel(), rows(reward))
+    advantages = brax_advantages.ravel()
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    # Brax's entropy estimate draws its noise for the [steps, envs] batch.
+    noise = jr.normal(loss_key, (steps, envs, 1)).reshape(steps * envs, 1)
+    (total, terms), grads = eqx.filter_value_and_grad(ppo._loss, has_aux=True)(
+        model, statistics, batch, advantages, targets.ravel(), noise
+    )
+    assert float(total) == pytest.approx(float(brax_total), rel=1e-4, abs=1e-6)
+    assert float(terms["policy_loss"]) == pytest.approx(
+        float(brax_terms["policy_loss"]), rel=1e-4, abs=1e-6
+    )
+    assert float(ppo.vf_coef * terms["value_loss"]) == pytest.approx(
+        float(brax_terms["v_loss"]), rel=1e-4, abs=1e-6
+    )
+    assert float(-ppo.ent_coef * terms["entropy"]) == pytest.approx(
+        float(brax_terms["entropy_loss"]), rel=1e-4, abs=1e-6
+    )
+    for part, brax_params in (
+        ("actor", brax_grads.policy),
+        ("critic", brax_grads.value),
+    ):
+        for layer, (weight, bias) in zip(
+            getattr(grads, part), eqxrl_layers(brax_params), strict=True
+        ):
+            np.testing.assert_allclose(layer.weight, weight, rtol=1e-4, atol=1e-7)
+            np.testing.assert_allclose(layer.bias, bias, rtol=1e-4, atol=1e-7)
