@@ -216,27 +216,51 @@ def test_counting_task_is_solved_by_a_gru_and_not_without_memory():
     assert not bool(jnp.any(counting_success(feed_forward, state, jr.key(3))))
 
 
-@pytest.mark.parametrize("num_sequences, unroll", [(None, 4), (1, 1), (2, 4)])
-def test_sequence_batch_hint_sets_the_sequence_loop_s_unroll_on_cpu(
-    num_sequences, unroll
+@pytest.mark.parametrize(
+    "speed_tricks, num_sequences, unroll, gate_width",
+    [
+        # The CPU rule: one step per loop iteration for a single sequence
+        # (recurrent PPO at PureJaxRL's config), 2 for a few or when unknown, and
+        # the loop reads each gate's inputs as its own array.
+        (None, None, 2, 8),
+        (None, 1, 1, 8),
+        (None, 2, 2, 8),
+        (None, 63, 2, 8),
+        # Many sequences: the plain loop again (recurrent QMIX's 96).
+        (None, 64, 1, 8),
+        # Elsewhere (the tricks off): 4 steps, the gates' inputs one array.
+        (False, None, 4, 24),
+        (False, 1, 4, 24),
+    ],
+)
+def test_sequence_loop_s_unroll_and_gate_inputs_follow_the_cpu_rule(
+    speed_tricks, num_sequences, unroll, gate_width
 ):
-    # The CPU rule: one step per loop iteration for a single sequence (recurrent
-    # PPO at PureJaxRL's config), 4 for more or when unknown.
     network = eqxrl.nn.GRUActorCritic(
         Box(low=-1.0, high=1.0, shape=(3,)), Discrete(2), hidden_size=8, key=jr.key(0)
     )
     starts = jnp.zeros(9, bool)
-    with eqxrl.nn.sequence_batch_hint(num_sequences):
+    with (
+        eqxrl.algorithms.cpu_speed_tricks(speed_tricks),
+        eqxrl.nn.sequence_batch_hint(num_sequences),
+    ):
         jaxpr = jax.make_jaxpr(
             lambda o: network.unroll(network.initial_carry(), o, starts)
         )(jnp.zeros((9, 3)))
     scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
     assert [e.params["unroll"] for e in scans] == [unroll]
+    (scan,) = scans
+    first_xs = scan.params["num_consts"] + scan.params["num_carry"]
+    gate_inputs = [v.aval.shape for v in scan.invars[first_xs:] if v.aval.ndim == 2]
+    assert gate_inputs and all(shape == (9, gate_width) for shape in gate_inputs)
 
 
+@pytest.mark.parametrize("speed_tricks", [None, False])
 @pytest.mark.parametrize("num_sequences", [None, 1])
 @pytest.mark.parametrize("network_type", ["gru", "lstm"])
-def test_unroll_is_equinox_s_cell_step_by_step(network_type, num_sequences):
+def test_unroll_is_equinox_s_cell_step_by_step(
+    network_type, num_sequences, speed_tricks
+):
     # The unroll computes the cells' input projections for the whole sequence
     # before its loop; its hidden states must still be what eqx.nn.GRUCell /
     # eqx.nn.LSTMCell give one step at a time, resets included, for the actor's
@@ -293,7 +317,11 @@ def test_unroll_is_equinox_s_cell_step_by_step(network_type, num_sequences):
         assert jnp.allclose(stepped.critic.hidden, carry.critic.hidden, atol=1e-6)
         stepped_values.append(value)
 
-    with eqxrl.nn.sequence_batch_hint(num_sequences):  # unrolled 4 steps, or 1
+    # Unrolled 2 steps (4 with the tricks off), or 1; the gates split or not.
+    with (
+        eqxrl.algorithms.cpu_speed_tricks(speed_tricks),
+        eqxrl.nn.sequence_batch_hint(num_sequences),
+    ):
         final_carry, _, values = network.unroll(
             start_carry, observations, episode_start
         )

@@ -6,6 +6,7 @@ import math
 
 import equinox as eqx
 import jax
+import jax.extend
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -218,3 +219,37 @@ def test_refusals_name_the_fix():
         Independent(eqxrl.DQN(env=MaskedTeam(), network_factory=GRU))
     with pytest.raises(ValueError, match="VDN / QMIX, which replay sequences"):
         eqxrl.DQN(env=eqxrl.envs.make("CartPole-v1"), network_factory=GRU)
+
+
+def scan_unrolls(jaxpr) -> list[int]:
+    """The `unroll` of every scan in a jaxpr, its sub-jaxprs included."""
+    found = []
+    for equation in jaxpr.eqns:
+        if equation.primitive.name == "scan":
+            found.append(equation.params["unroll"])
+        for value in equation.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else [value]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    found += scan_unrolls(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    found += scan_unrolls(sub)
+    return found
+
+
+@pytest.mark.parametrize("num_sequences, unroll", [(8, 2), (64, 1)])
+def test_the_agents_loops_are_unrolled_by_the_minibatch_s_sequences_on_cpu(
+    trained, num_sequences, unroll
+):
+    # The sequence loss tells the agents' loops how many sequences they run over
+    # (here one network per agent: the minibatch's); on CPU, 64 or more run the
+    # plain loop, fewer 2 steps at a time.
+    team, state = trained["terminated"]
+    index = jnp.arange(num_sequences, dtype=jnp.int32) % (
+        int(state.buffer.size) * team.num_envs
+    )
+    sequences = state.buffer.gather_sequences(index)
+    jaxpr = jax.make_jaxpr(team.sequence_loss)(
+        (state.agents, state.mixer), (state.agents, state.mixer), sequences, jr.key(0)
+    )
+    unrolls = scan_unrolls(jaxpr.jaxpr)
+    assert unrolls and set(unrolls) == {unroll}

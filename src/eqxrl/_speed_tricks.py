@@ -27,7 +27,11 @@ def cpu_speed_tricks(enabled: bool | None = True) -> Iterator[None]:
     - narrow layers of a small batch as elementwise products
       ([`batch_size_hint`][eqxrl.nn.batch_size_hint]);
     - a single sequence's loop not unrolled
-      ([`sequence_batch_hint`][eqxrl.nn.sequence_batch_hint]);
+      ([`sequence_batch_hint`][eqxrl.nn.sequence_batch_hint]), and the loops of
+      several sequences unrolled 2 steps at a time instead of 4;
+    - a recurrent loop's input gates and recurrent weights split per gate
+      (`eqxrl.nn._recurrent.gates_per_step`), so that XLA's CPU fusion emitter
+      vectorises the gates' sigmoids and tanh;
     - large networks over large batches in cache-sized blocks of rows;
     - [`AutoReset`][eqxrl.envs.AutoReset]'s lazy reset, a conditional taken only
       when an episode ended (off, every step computes the reset and selects it).

@@ -44,6 +44,7 @@ from ..nn import (
     epsilon_greedy_action,
     orthogonal_matrices,
     reset_carry,
+    sequence_batch_hint,
 )
 from ._agents import (
     AbstractTeamAlgorithm,
@@ -662,7 +663,13 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
             ).astype(jnp.float32)
             return q_total, target, weight
 
-        q_total, target, weight = jax.vmap(one)(batch)
+        # The agents' loops run over every sequence of the minibatch, and over
+        # every agent with the shared network (a CPU speed hint).
+        sequences = batch.reward.shape[0] * (
+            self.num_agents if self.share_parameters else 1
+        )
+        with sequence_batch_hint(sequences):
+            q_total, target, weight = jax.vmap(one)(batch)
         errors = huber_loss(q_total - target, dqn.huber_delta)
         loss = jnp.sum(weight * errors) / jnp.maximum(jnp.sum(weight), 1.0)
         return loss, {"loss": loss, "q_value": jnp.mean(q_total)}

@@ -271,20 +271,31 @@ class _Core(eqx.Module):
         return gates
 
     def recur_from_gates(
-        self, carry: GRUCarry | LSTMCarry, gates: Float[Array, " gates"]
+        self,
+        carry: GRUCarry | LSTMCarry,
+        gates: Float[Array, " gates"] | tuple[Float[Array, " hidden_size"], ...],
+        hidden_weights: tuple[Float[Array, "hidden_size hidden_size"], ...]
+        | None = None,
     ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
         """`recur` given `input_gates` of its features: the arithmetic of
-        `eqx.nn.GRUCell` and `eqx.nn.LSTMCell`, less their input projection."""
+        `eqx.nn.GRUCell` and `eqx.nn.LSTMCell`, less their input projection.
+        With `gates` and the cell's recurrent weights split per gate (see
+        `gates_per_step`), one product per gate."""
         cell = self.cell
+        num_gates = 4 if isinstance(carry, LSTMCarry) else 3
+        if hidden_weights is None:
+            inputs = jnp.split(gates, num_gates)  # pyright: ignore[reportArgumentType]
+            recurrent = jnp.split(cell.weight_hh @ carry.hidden, num_gates)
+        else:
+            inputs = gates
+            recurrent = [weight @ carry.hidden for weight in hidden_weights]
         if isinstance(carry, LSTMCarry):
-            i, f, g, o = jnp.split(gates + cell.weight_hh @ carry.hidden, 4)
+            i, f, g, o = (x + h for x, h in zip(inputs, recurrent))
             memory = jax.nn.sigmoid(f) * carry.cell + jax.nn.sigmoid(i) * jnp.tanh(g)
             hidden = jax.nn.sigmoid(o) * jnp.tanh(memory)
             return LSTMCarry(hidden=hidden, cell=memory), hidden
-        input_reset, input_update, input_new = jnp.split(gates, 3)
-        hidden_reset, hidden_update, hidden_new = jnp.split(
-            cell.weight_hh @ carry.hidden, 3
-        )
+        input_reset, input_update, input_new = inputs
+        hidden_reset, hidden_update, hidden_new = recurrent
         if cell.use_bias:
             hidden_new = hidden_new + cell.bias_n
         reset = jax.nn.sigmoid(input_reset + hidden_reset)
@@ -309,6 +320,16 @@ class _Core(eqx.Module):
 # Loop steps per iteration of the scans over a sequence: fewer, larger loop bodies
 # (less loop overhead in the forward pass and in backpropagation through time).
 _UNROLL_STEPS = 4
+# On CPU, where the gates are split per gate (`gates_per_step`), 2: with 4 the
+# backward loop's stores of the per-gate gradients cost more than the loop
+# overhead saved (against 4, 5-7 alternating pairs each: MAPPO's recurrent config
+# 1.06x, recurrent PPO with 4 sequences per minibatch 1.06x, PQN-RNN 1.08x).
+_CPU_UNROLL_STEPS = 2
+# On CPU, from this many sequences unrolled together a step's arithmetic outweighs
+# the loop overhead that unrolling saves, and the plain loop is faster: QMIX's
+# recurrent agents (32 sequences x 3 agents, hidden size 64), whole runs of 300k
+# steps against JaxMARL's: 1.24x plain, 1.07x unrolled 2 steps (5 pairs).
+_MANY_SEQUENCES = 64
 # On CPU, below this many sequences unrolled together, the unrolled loop is slower
 # than the plain one. Recurrent PPO on CartPole, unrolled against plain: 0.68x with
 # one sequence per minibatch (PureJaxRL's config), 1.20x with 2, 1.19x with 4 (5
@@ -327,13 +348,17 @@ def sequence_batch_hint(num_sequences: int | None) -> Iterator[None]:
     default). A CPU-only speed-up; it changes no result beyond float rounding.
 
     A sequence's loop over its steps (`unroll`, and the learners'
-    backpropagation through time) runs 4 steps per loop iteration, which pays from
-    2 sequences on (recurrent PPO on CartPole with 2 or 4 sequences per minibatch:
+    backpropagation through time) runs several steps per loop iteration (4; 2 on
+    the CPU backend, where the gates are split per gate), which pays from 2
+    sequences on (recurrent PPO on CartPole with 2 or 4 sequences per minibatch:
     1.2x faster per iteration; MAPPO's 24 and more: 1.19x). On the CPU backend, a
     single sequence runs one step per loop iteration instead: recurrent PPO at
     PureJaxRL's CartPole config (one sequence per minibatch) measured 1.47x faster
-    so. Other backends always run 4. PPO traces its minibatch gradients under
-    `sequence_batch_hint(sequences per minibatch)`. Like
+    so. So do 64 or more sequences, whose steps' arithmetic outweighs the loop's
+    overhead (recurrent QMIX's 96: 1.16x). Other backends always run 4. PPO and
+    PQN trace their minibatch gradients under `sequence_batch_hint(sequences per
+    minibatch)`, recurrent VDN and QMIX theirs under the minibatch's sequences
+    times the agents sharing the network. Like
     [`batch_size_hint`][eqxrl.nn.batch_size_hint], the hint cannot see a `vmap`
     outside the traced function (over agents, or seeds).
 
@@ -358,14 +383,42 @@ def sequence_batch_hint(num_sequences: int | None) -> Iterator[None]:
 def sequence_unroll_steps() -> int:
     """Loop steps per iteration of a scan over a sequence (see
     `sequence_batch_hint`)."""
+    if not cpu_speed_tricks_apply():
+        return _UNROLL_STEPS
     num_sequences = _SEQUENCES.get()
-    if (
-        num_sequences is not None
-        and num_sequences < _MIN_SEQUENCES_TO_UNROLL
-        and cpu_speed_tricks_apply()
+    if num_sequences is not None and not (
+        _MIN_SEQUENCES_TO_UNROLL <= num_sequences < _MANY_SEQUENCES
     ):
         return 1
-    return _UNROLL_STEPS
+    return _CPU_UNROLL_STEPS
+
+
+def gates_per_step(
+    core: _Core, gates: Float[Array, "num_steps gates"]
+) -> tuple[
+    Float[Array, "num_steps gates"] | tuple[Float[Array, "num_steps hidden"], ...],
+    tuple[Float[Array, "hidden hidden"], ...] | None,
+]:
+    """A sequence's input gates and its cell's recurrent weights as the loop over
+    its steps reads them: on CPU, split per gate (`[num_steps, hidden_size]`
+    gates, `[hidden_size, hidden_size]` weights); elsewhere whole, and `None`.
+
+    XLA's CPU fusion emitter runs a fused loop holding more than one sigmoid or
+    tanh element by element when it reads column slices of one scanned array, as
+    a step's gates are of a `[num_steps, gates]` projection; each gate its own
+    scanned array, the same arithmetic is vectorised (a GRU step of 96 rows and
+    hidden size 64, forward: 43 instead of 124 us). The recurrent products split
+    too keep backpropagation from joining the gates' gradients at every step.
+    Measured with the 2-step unroll (`sequence_unroll_steps`) in
+    `docs/performance.md`; a CPU speed trick (`cpu_speed_tricks`), the same
+    arithmetic."""
+    if not cpu_speed_tricks_apply():
+        return gates, None
+    num_gates = gates.shape[-1] // core.cell.hidden_size
+    return (
+        tuple(jnp.split(gates, num_gates, axis=-1)),
+        tuple(jnp.split(core.cell.weight_hh, num_gates, axis=0)),
+    )
 
 
 def _unroll_cores(
@@ -382,16 +435,21 @@ def _unroll_cores(
     the cells' recurrent products, `unroll`ed `sequence_unroll_steps()` steps at a
     time.
     """
-    gates = tuple(
-        core.input_gates(jax.vmap(core.encode)(observations)) for core in cores
+    gates, hidden_weights = zip(
+        *(
+            gates_per_step(core, core.input_gates(jax.vmap(core.encode)(observations)))
+            for core in cores
+        )
     )
     initials = tuple(core.initial_carry() for core in cores)
 
     def body(carries, inputs):
         gates, start = inputs
         outputs = [
-            core.recur_from_gates(reset_carry(carry, initial, start), gate)
-            for core, carry, initial, gate in zip(cores, carries, initials, gates)
+            core.recur_from_gates(reset_carry(carry, initial, start), gate, weights)
+            for core, carry, initial, gate, weights in zip(
+                cores, carries, initials, gates, hidden_weights
+            )
         ]
         return tuple(c for c, _ in outputs), tuple(h for _, h in outputs)
 
