@@ -14,6 +14,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 import eqxrl
 from eqxrl._random import permutation, split
 from eqxrl.envs import AbstractEnvironment, Box, Discrete, TimeLimit, TimeStep
+from jaxpr_walk import equations
 
 STANDARD_DTYPE_PROMOTION = True  # optax's Adam runs here
 
@@ -247,7 +248,7 @@ def test_sequence_loop_s_unroll_and_gate_inputs_follow_the_cpu_rule(
         jaxpr = jax.make_jaxpr(
             lambda o: network.unroll(network.initial_carry(), o, starts)
         )(jnp.zeros((9, 3)))
-    scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    scans = [e for e in equations(jaxpr) if e.primitive.name == "scan"]
     assert [e.params["unroll"] for e in scans] == [unroll]
     (scan,) = scans
     first_xs = scan.params["num_consts"] + scan.params["num_carry"]
@@ -255,16 +256,10 @@ def test_sequence_loop_s_unroll_and_gate_inputs_follow_the_cpu_rule(
     assert gate_inputs and all(shape == (9, gate_width) for shape in gate_inputs)
 
 
-@pytest.mark.parametrize("speed_tricks", [None, False])
-@pytest.mark.parametrize("num_sequences", [None, 1])
-@pytest.mark.parametrize("network_type", ["gru", "lstm"])
-def test_unroll_is_equinox_s_cell_step_by_step(
-    network_type, num_sequences, speed_tricks
-):
-    # The unroll computes the cells' input projections for the whole sequence
-    # before its loop; its hidden states must still be what eqx.nn.GRUCell /
-    # eqx.nn.LSTMCell give one step at a time, resets included, for the actor's
-    # and the critic's cores of an asymmetric network.
+def asymmetric_sequence(network_type):
+    """A recurrent network whose actor and critic have a core each, a 7-step
+    sequence of observations with two episode starts, and a carry to start from
+    that is not the initial one."""
     space = eqxrl.envs.Dict(
         {
             "policy": Box(low=-1.0, high=1.0, shape=(3,)),
@@ -292,13 +287,31 @@ def test_unroll_is_equinox_s_cell_step_by_step(
     }
     episode_start = jnp.array([True, False, False, True, False, False, False])
     start_carry = jax.tree.map(lambda x: x + 0.5, network.initial_carry())
+    return network, observations, episode_start, start_carry
 
-    def equinox_step(core, carry, observation):
-        features = core.encode(observation)
-        if isinstance(core.cell, eqx.nn.LSTMCell):
-            hidden, cell = core.cell(features, (carry.hidden, carry.cell))
-            return eqxrl.nn.LSTMCarry(hidden=hidden, cell=cell)
-        return eqxrl.nn.GRUCarry(hidden=core.cell(features, carry.hidden))
+
+def equinox_step(core, carry, observation):
+    features = core.encode(observation)
+    if isinstance(core.cell, eqx.nn.LSTMCell):
+        hidden, cell = core.cell(features, (carry.hidden, carry.cell))
+        return eqxrl.nn.LSTMCarry(hidden=hidden, cell=cell)
+    return eqxrl.nn.GRUCarry(hidden=core.cell(features, carry.hidden))
+
+
+@pytest.mark.parametrize("speed_tricks", [None, False])
+@pytest.mark.parametrize("num_sequences", [None, 1])
+@pytest.mark.parametrize("network_type", ["gru", "lstm"])
+def test_unroll_is_equinox_s_cell_step_by_step(
+    network_type, num_sequences, speed_tricks
+):
+    # The unroll computes the cells' input projections for the whole sequence
+    # before its loop; its hidden states must still be what eqx.nn.GRUCell /
+    # eqx.nn.LSTMCell give one step at a time, resets included, for the actor's
+    # and the critic's cores of an asymmetric network.
+    network, observations, episode_start, start_carry = asymmetric_sequence(
+        network_type
+    )
+    num_steps = 7
 
     # Equinox's cells and the network's `step`, one observation at a time.
     expected, stepped_values = [], []
@@ -334,3 +347,82 @@ def test_unroll_is_equinox_s_cell_step_by_step(
             final_carry.critic.cell, expected[-1].critic.cell, atol=1e-6
         )
     assert jnp.allclose(values, jnp.stack(stepped_values), atol=1e-5)
+
+
+@pytest.mark.parametrize("speed_tricks", [None, False])
+@pytest.mark.parametrize("network_type", ["gru", "lstm"])
+def test_unroll_s_gradient_is_backpropagation_through_equinox_s_cells(
+    network_type, speed_tricks
+):
+    # The unroll's own backward pass (the recurrent weights' gradients taken out
+    # of the loop) against JAX's autodiff of Equinox's cells stepped in Python:
+    # the gradients of every parameter and of the carry it starts from, through
+    # the hidden states, the final carry and the values, resets included.
+    network, observations, episode_start, start_carry = asymmetric_sequence(
+        network_type
+    )
+
+    def unrolled(network, start_carry):
+        with eqxrl.algorithms.cpu_speed_tricks(speed_tricks):
+            final, distributions, values = network.unroll(
+                start_carry, observations, episode_start
+            )
+        log_probs = jax.vmap(lambda d: d.log_prob(jnp.int32(0)))(distributions)
+        return final, log_probs, values
+
+    def stepped(network, start_carry):
+        carry, log_probs, values = start_carry, [], []
+        for t in range(7):
+            if episode_start[t]:
+                carry = network.initial_carry()
+            observation = jax.tree.map(lambda x: x[t], observations)
+            carry = eqxrl.nn.ActorCriticCarry(
+                actor=equinox_step(network.actor_core, carry.actor, observation),
+                critic=equinox_step(network.critic_core, carry.critic, observation),
+            )
+            distribution, value = network._heads(
+                carry.actor.hidden, carry.critic.hidden, None
+            )
+            log_probs.append(distribution.log_prob(jnp.int32(0)))
+            values.append(value)
+        return carry, jnp.stack(log_probs), jnp.stack(values)
+
+    def loss(run, network, start_carry):
+        final, log_probs, values = run(network, start_carry)
+        squares = sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(final))
+        return jnp.sum(values**2) + jnp.sum(log_probs * jnp.arange(7.0)) + squares
+
+    ours = jax.grad(lambda n, c: loss(unrolled, n, c), argnums=(0, 1))(
+        network, start_carry
+    )
+    reference = jax.grad(lambda n, c: loss(stepped, n, c), argnums=(0, 1))(
+        network, start_carry
+    )
+    leaves, reference_leaves = jax.tree.leaves(ours), jax.tree.leaves(reference)
+    assert len(leaves) == len(reference_leaves) > 10
+    for leaf, expected in zip(leaves, reference_leaves):
+        assert jnp.allclose(leaf, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("speed_tricks", [None, False])
+def test_the_backward_loop_carries_no_weight_gradients(speed_tricks):
+    # Backpropagation through the sequence loop carries only the carries'
+    # cotangents; the recurrent weights' gradient is one product after the loop
+    # (XLA's transpose of a scan would add one outer product per step into a
+    # weight-shaped loop carry).
+    network, observations, episode_start, start_carry = asymmetric_sequence("gru")
+
+    def loss(network):
+        _, _, values = network.unroll(start_carry, observations, episode_start)
+        return jnp.sum(values**2)
+
+    with eqxrl.algorithms.cpu_speed_tricks(speed_tricks):
+        jaxpr = jax.make_jaxpr(eqx.filter_grad(loss))(network)
+    scans = [e for e in equations(jaxpr) if e.primitive.name == "scan"]
+    backward = [e for e in scans if e.params["reverse"]]
+    assert len(backward) == 1
+    (scan,) = backward
+    num_consts, num_carry = scan.params["num_consts"], scan.params["num_carry"]
+    carried = [v.aval.shape for v in scan.invars[num_consts : num_consts + num_carry]]
+    weight_shapes = {network.actor_core.cell.weight_hh.shape, (8, 8)}
+    assert carried and not weight_shapes & set(carried), carried

@@ -6,7 +6,6 @@ import math
 
 import equinox as eqx
 import jax
-import jax.extend
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import eqxrl
 from eqxrl.envs import TimeLimit
 from eqxrl.multiagent import QMIX, VDN, Independent
+from jaxpr_walk import scan_unrolls
 from test_value_decomposition import EPISODE, MaskedTeam, perturbed
 
 # Adam's bias correction raises a float to an int32 count (see conftest.py).
@@ -219,21 +219,6 @@ def test_refusals_name_the_fix():
         Independent(eqxrl.DQN(env=MaskedTeam(), network_factory=GRU))
     with pytest.raises(ValueError, match="VDN / QMIX, which replay sequences"):
         eqxrl.DQN(env=eqxrl.envs.make("CartPole-v1"), network_factory=GRU)
-
-
-def scan_unrolls(jaxpr) -> list[int]:
-    """The `unroll` of every scan in a jaxpr, its sub-jaxprs included."""
-    found = []
-    for equation in jaxpr.eqns:
-        if equation.primitive.name == "scan":
-            found.append(equation.params["unroll"])
-        for value in equation.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else [value]:
-                if isinstance(sub, jax.extend.core.ClosedJaxpr):
-                    found += scan_unrolls(sub.jaxpr)
-                elif isinstance(sub, jax.extend.core.Jaxpr):
-                    found += scan_unrolls(sub)
-    return found
 
 
 @pytest.mark.parametrize("num_sequences, unroll", [(8, 2), (64, 1)])

@@ -8,18 +8,11 @@ import jax.random as jr
 import eqxrl
 from eqxrl._random import permutation, split
 from eqxrl.nn._linear import apply_linear
+from jaxpr_walk import equations, scan_unrolls
 
 
 def _primitive_list(jaxpr) -> list[str]:
-    names = []
-    for equation in jaxpr.eqns:
-        names.append(equation.primitive.name)
-        for value in equation.params.values():
-            for inner in value if isinstance(value, tuple) else (value,):
-                inner = getattr(inner, "jaxpr", None)
-                if inner is not None:
-                    names += _primitive_list(getattr(inner, "jaxpr", inner))
-    return names
+    return [equation.primitive.name for equation in equations(jaxpr)]
 
 
 def _primitives(jaxpr) -> set[str]:
@@ -79,7 +72,7 @@ def test_the_switch_turns_the_batch_size_hint_off_and_the_unroll_rule_off():
             jaxpr = jax.make_jaxpr(
                 lambda o: network.unroll(network.initial_carry(), o, starts)
             )(jnp.zeros((9, 3))).jaxpr
-        return [e.params["unroll"] for e in jaxpr.eqns if e.primitive.name == "scan"]
+        return scan_unrolls(jaxpr)
 
     assert unroll(None) == [1]
     assert unroll(False) == [4]

@@ -4,6 +4,7 @@ actor and critic heads, stepping one observation at a time with a typed carry.""
 import abc
 import contextlib
 import contextvars
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -270,39 +271,32 @@ class _Core(eqx.Module):
             gates = gates + jnp.broadcast_to(self.cell.bias, gates.shape)
         return gates
 
+    def recurrent_parameters(self, per_gate: bool = False) -> tuple:
+        """What the cell multiplies its carry with: `weight_hh` (whole, or split
+        into one `[hidden_size, hidden_size]` matrix per gate, see
+        `_gates_per_gate`) and the GRU's `bias_n` (`None` for an LSTM, or
+        without bias)."""
+        weights = self.cell.weight_hh
+        if per_gate:
+            weights = tuple(jnp.split(weights, self.num_gates, axis=0))
+        bias_new = None
+        if isinstance(self.cell, eqx.nn.GRUCell) and self.cell.use_bias:
+            bias_new = self.cell.bias_n
+        return weights, bias_new
+
+    @property
+    def num_gates(self) -> int:
+        return 4 if isinstance(self.cell, eqx.nn.LSTMCell) else 3
+
     def recur_from_gates(
         self,
         carry: GRUCarry | LSTMCarry,
         gates: Float[Array, " gates"] | tuple[Float[Array, " hidden_size"], ...],
-        hidden_weights: tuple[Float[Array, "hidden_size hidden_size"], ...]
-        | None = None,
     ) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
         """`recur` given `input_gates` of its features: the arithmetic of
-        `eqx.nn.GRUCell` and `eqx.nn.LSTMCell`, less their input projection.
-        With `gates` and the cell's recurrent weights split per gate (see
-        `gates_per_step`), one product per gate."""
-        cell = self.cell
-        num_gates = 4 if isinstance(carry, LSTMCarry) else 3
-        if hidden_weights is None:
-            inputs = jnp.split(gates, num_gates)  # pyright: ignore[reportArgumentType]
-            recurrent = jnp.split(cell.weight_hh @ carry.hidden, num_gates)
-        else:
-            inputs = gates
-            recurrent = [weight @ carry.hidden for weight in hidden_weights]
-        if isinstance(carry, LSTMCarry):
-            i, f, g, o = (x + h for x, h in zip(inputs, recurrent))
-            memory = jax.nn.sigmoid(f) * carry.cell + jax.nn.sigmoid(i) * jnp.tanh(g)
-            hidden = jax.nn.sigmoid(o) * jnp.tanh(memory)
-            return LSTMCarry(hidden=hidden, cell=memory), hidden
-        input_reset, input_update, input_new = inputs
-        hidden_reset, hidden_update, hidden_new = recurrent
-        if cell.use_bias:
-            hidden_new = hidden_new + cell.bias_n
-        reset = jax.nn.sigmoid(input_reset + hidden_reset)
-        update = jax.nn.sigmoid(input_update + hidden_update)
-        new = jnp.tanh(input_new + reset * hidden_new)
-        hidden = new + update * (carry.hidden - new)
-        return GRUCarry(hidden=hidden), hidden
+        `eqx.nn.GRUCell` and `eqx.nn.LSTMCell`, less their input projection."""
+        recurrent = recurrent_products(self.recurrent_parameters(), carry.hidden)
+        return update_cell(carry, gates, recurrent)
 
     def unroll(
         self,
@@ -320,7 +314,7 @@ class _Core(eqx.Module):
 # Loop steps per iteration of the scans over a sequence: fewer, larger loop bodies
 # (less loop overhead in the forward pass and in backpropagation through time).
 _UNROLL_STEPS = 4
-# On CPU, where the gates are split per gate (`gates_per_step`), 2: with 4 the
+# On CPU, where the gates are split per gate (`_gates_per_gate`), 2: with 4 the
 # backward loop's stores of the per-gate gradients cost more than the loop
 # overhead saved (against 4, 5-7 alternating pairs each: MAPPO's recurrent config
 # 1.06x, recurrent PPO with 4 sequences per minibatch 1.06x, PQN-RNN 1.08x).
@@ -355,7 +349,8 @@ def sequence_batch_hint(num_sequences: int | None) -> Iterator[None]:
     single sequence runs one step per loop iteration instead: recurrent PPO at
     PureJaxRL's CartPole config (one sequence per minibatch) measured 1.47x faster
     so. So do 64 or more sequences, whose steps' arithmetic outweighs the loop's
-    overhead (recurrent QMIX's 96: 1.16x). Other backends always run 4. PPO and
+    overhead (recurrent QMIX's 96, whole runs against JaxMARL's: 1.24x its steps/s
+    so, 1.07x with 2 steps per iteration). Other backends always run 4. PPO and
     PQN trace their minibatch gradients under `sequence_batch_hint(sequences per
     minibatch)`, recurrent VDN and QMIX theirs under the minibatch's sequences
     times the agents sharing the network. Like
@@ -393,15 +388,9 @@ def sequence_unroll_steps() -> int:
     return _CPU_UNROLL_STEPS
 
 
-def gates_per_step(
-    core: _Core, gates: Float[Array, "num_steps gates"]
-) -> tuple[
-    Float[Array, "num_steps gates"] | tuple[Float[Array, "num_steps hidden"], ...],
-    tuple[Float[Array, "hidden hidden"], ...] | None,
-]:
-    """A sequence's input gates and its cell's recurrent weights as the loop over
-    its steps reads them: on CPU, split per gate (`[num_steps, hidden_size]`
-    gates, `[hidden_size, hidden_size]` weights); elsewhere whole, and `None`.
+def _gates_per_gate() -> bool:
+    """Whether a sequence's loop reads its input gates and recurrent weights
+    split per gate: on CPU (a CPU speed trick, `cpu_speed_tricks`).
 
     XLA's CPU fusion emitter runs a fused loop holding more than one sigmoid or
     tanh element by element when it reads column slices of one scanned array, as
@@ -410,15 +399,61 @@ def gates_per_step(
     hidden size 64, forward: 43 instead of 124 us). The recurrent products split
     too keep backpropagation from joining the gates' gradients at every step.
     Measured with the 2-step unroll (`sequence_unroll_steps`) in
-    `docs/performance.md`; a CPU speed trick (`cpu_speed_tricks`), the same
-    arithmetic."""
-    if not cpu_speed_tricks_apply():
-        return gates, None
-    num_gates = gates.shape[-1] // core.cell.hidden_size
-    return (
-        tuple(jnp.split(gates, num_gates, axis=-1)),
-        tuple(jnp.split(core.cell.weight_hh, num_gates, axis=0)),
-    )
+    `docs/performance.md`; the same arithmetic."""
+    return cpu_speed_tricks_apply()
+
+
+def gates_per_step(
+    core: _Core, gates: Float[Array, "num_steps gates"]
+) -> Float[Array, "num_steps gates"] | tuple[Float[Array, "num_steps hidden"], ...]:
+    """A sequence's input gates as the loop over its steps reads them: on CPU,
+    split into one `[num_steps, hidden_size]` array per gate (see
+    `_gates_per_gate`); elsewhere whole."""
+    if not _gates_per_gate():
+        return gates
+    return tuple(jnp.split(gates, core.num_gates, axis=-1))
+
+
+def recurrent_products(
+    parameters: tuple, hidden: Float[Array, " hidden_size"]
+) -> tuple[Float[Array, " hidden_size"], ...]:
+    """A cell's recurrent pre-activations, one `[hidden_size]` array per gate:
+    `weight_hh @ hidden`, plus the GRU's `bias_n` on its new-state gate.
+    `parameters` are `_Core.recurrent_parameters`."""
+    weights, bias_new = parameters
+    if isinstance(weights, tuple):
+        products = tuple(weight @ hidden for weight in weights)
+    else:
+        products = tuple(
+            jnp.split(weights @ hidden, weights.shape[0] // hidden.shape[-1])
+        )
+    if bias_new is not None:
+        products = (*products[:-1], products[-1] + bias_new)
+    return products
+
+
+def update_cell(
+    carry: GRUCarry | LSTMCarry,
+    gates: Float[Array, " gates"] | tuple[Float[Array, " hidden_size"], ...],
+    recurrent: tuple[Float[Array, " hidden_size"], ...],
+) -> tuple[GRUCarry | LSTMCarry, Float[Array, " hidden_size"]]:
+    """The elementwise part of a step of `eqx.nn.GRUCell` or `eqx.nn.LSTMCell`:
+    the next carry and hidden vector from the input gates (`weight_ih @ x +
+    bias`, whole or per gate) and `recurrent_products` of the carry."""
+    if not isinstance(gates, tuple):
+        gates = tuple(jnp.split(gates, len(recurrent)))
+    if isinstance(carry, LSTMCarry):
+        i, f, g, o = (x + h for x, h in zip(gates, recurrent))
+        memory = jax.nn.sigmoid(f) * carry.cell + jax.nn.sigmoid(i) * jnp.tanh(g)
+        hidden = jax.nn.sigmoid(o) * jnp.tanh(memory)
+        return LSTMCarry(hidden=hidden, cell=memory), hidden
+    input_reset, input_update, input_new = gates
+    hidden_reset, hidden_update, hidden_new = recurrent
+    reset = jax.nn.sigmoid(input_reset + hidden_reset)
+    update = jax.nn.sigmoid(input_update + hidden_update)
+    new = jnp.tanh(input_new + reset * hidden_new)
+    hidden = new + update * (carry.hidden - new)
+    return GRUCarry(hidden=hidden), hidden
 
 
 def _unroll_cores(
@@ -433,29 +468,125 @@ def _unroll_cores(
     the loop: the encoders, the MLPs and the cells' input projections (so their
     gradients are one matrix product each, not one per step). The loop holds only
     the cells' recurrent products, `unroll`ed `sequence_unroll_steps()` steps at a
-    time.
+    time, and its backpropagation (`_recurrent_loop`) only what flows back
+    through the carry: the gradients of the recurrent weights are one product
+    over the whole sequence, after the loop.
     """
-    gates, hidden_weights = zip(
-        *(
-            gates_per_step(core, core.input_gates(jax.vmap(core.encode)(observations)))
-            for core in cores
-        )
+    per_gate = _gates_per_gate()
+    gates = tuple(
+        gates_per_step(core, core.input_gates(jax.vmap(core.encode)(observations)))
+        for core in cores
     )
-    initials = tuple(core.initial_carry() for core in cores)
+    parameters = tuple(core.recurrent_parameters(per_gate) for core in cores)
+    return _recurrent_loop(
+        sequence_unroll_steps(), parameters, gates, carries, episode_start
+    )
 
+
+def _initial(carry: PyTree[Array]) -> PyTree[Array]:
+    # Every core's `initial_carry()` is zeros.
+    return jax.tree.map(jnp.zeros_like, carry)
+
+
+def _loop_step(parameters, carries, gates, start):
+    """One step of every core: the carries reset where an episode starts, their
+    recurrent products, and the cells' update. Also returns what backpropagation
+    reads again: the carries the step read and the products."""
+    carries_in = tuple(reset_carry(c, _initial(c), start) for c in carries)
+    products = tuple(
+        recurrent_products(p, c.hidden) for p, c in zip(parameters, carries_in)
+    )
+    outputs = tuple(
+        update_cell(c, g, r) for c, g, r in zip(carries_in, gates, products)
+    )
+    return outputs, carries_in, products
+
+
+def _forward_loop(unroll, parameters, gates, carries, starts, residuals: bool):
     def body(carries, inputs):
-        gates, start = inputs
-        outputs = [
-            core.recur_from_gates(reset_carry(carry, initial, start), gate, weights)
-            for core, carry, initial, gate, weights in zip(
-                cores, carries, initials, gates, hidden_weights
-            )
-        ]
-        return tuple(c for c, _ in outputs), tuple(h for _, h in outputs)
+        outputs, carries_in, products = _loop_step(parameters, carries, *inputs)
+        new_carries = tuple(c for c, _ in outputs)
+        hidden = tuple(h for _, h in outputs)
+        return new_carries, (hidden, carries_in, products) if residuals else hidden
 
-    return jax.lax.scan(
-        body, carries, (gates, episode_start), unroll=sequence_unroll_steps()
+    return jax.lax.scan(body, carries, (gates, starts), unroll=unroll)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _recurrent_loop(unroll, parameters, gates, carries, starts):
+    """The cores' loop over a sequence: the final carries, and every step's hidden
+    vector per core.
+
+    Its gradient is backpropagation through time with the recurrent weights'
+    gradients taken out of the loop: the backward loop carries only the carries'
+    cotangents and records each step's cotangent of the recurrent products; the
+    weights' gradient is then one product over the whole sequence (XLA's
+    transpose of a scan adds a step's outer product into the weights' gradient
+    at every step instead). The same sums, in another order."""
+    return _forward_loop(unroll, parameters, gates, carries, starts, False)
+
+
+def _recurrent_loop_forward(unroll, parameters, gates, carries, starts):
+    final, (hidden, carries_in, products) = _forward_loop(
+        unroll, parameters, gates, carries, starts, True
     )
+    return (final, hidden), (parameters, gates, carries_in, products, starts)
+
+
+def _recurrent_loop_backward(unroll, residuals, cotangents):
+    parameters, gates, carries_in, products, starts = residuals
+    final_cotangent, hidden_cotangent = cotangents
+
+    def body(carry_cotangents, inputs):
+        gates, carries_in, products, start, hidden_cotangents = inputs
+        step_cotangents = []
+        product_cotangents = []
+        for p, g, c, r, dc, dh in zip(
+            parameters,
+            gates,
+            carries_in,
+            products,
+            carry_cotangents,
+            hidden_cotangents,
+        ):
+            _, cell_vjp = jax.vjp(update_cell, c, g, r)
+            dc_in, dg, dr = cell_vjp((dc, dh))
+            # Through the carry's products; the weights' share waits for the loop's end.
+            _, products_vjp = jax.vjp(lambda h: recurrent_products(p, h), c.hidden)
+            (dh_in,) = products_vjp(dr)
+            dc_in = eqx.tree_at(lambda c: c.hidden, dc_in, dc_in.hidden + dh_in)
+            step_cotangents.append((reset_carry(dc_in, _initial(dc_in), start), dg))
+            product_cotangents.append(dr)
+        new_carry_cotangents = tuple(dc for dc, _ in step_cotangents)
+        gate_cotangents = tuple(dg for _, dg in step_cotangents)
+        return new_carry_cotangents, (gate_cotangents, tuple(product_cotangents))
+
+    carry_cotangents, (gate_cotangents, product_cotangents) = jax.lax.scan(
+        body,
+        final_cotangent,
+        (gates, carries_in, products, starts, hidden_cotangent),
+        reverse=True,
+        unroll=unroll,
+    )
+    parameter_cotangents = tuple(
+        _sequence_parameter_cotangent(p, c.hidden, dr)
+        for p, c, dr in zip(parameters, carries_in, product_cotangents)
+    )
+    return parameter_cotangents, gate_cotangents, carry_cotangents, None
+
+
+def _sequence_parameter_cotangent(parameters, hidden, product_cotangents):
+    """The recurrent parameters' gradient over a whole sequence, from the hidden
+    vectors each step multiplied (`[num_steps, hidden_size]`) and the cotangents
+    of its products: one matrix product over the steps."""
+    _, vjp = jax.vjp(
+        lambda p: jax.vmap(recurrent_products, (None, 0))(p, hidden), parameters
+    )
+    (cotangent,) = vjp(product_cotangents)
+    return cotangent
+
+
+_recurrent_loop.defvjp(_recurrent_loop_forward, _recurrent_loop_backward)
 
 
 def _core(
