@@ -351,16 +351,29 @@ def test_unroll_is_equinox_s_cell_step_by_step(
 
 @pytest.mark.parametrize("speed_tricks", [None, False])
 @pytest.mark.parametrize("network_type", ["gru", "lstm"])
+@pytest.mark.parametrize("initial_carry", ["zeros", "from_parameters"])
 def test_unroll_s_gradient_is_backpropagation_through_equinox_s_cells(
-    network_type, speed_tricks
+    network_type, speed_tricks, initial_carry, monkeypatch
 ):
     # The unroll's own backward pass (the recurrent weights' gradients taken out
     # of the loop) against JAX's autodiff of Equinox's cells stepped in Python:
     # the gradients of every parameter and of the carry it starts from, through
-    # the hidden states, the final carry and the values, resets included.
+    # the hidden states, the final carry and the values, resets included; also
+    # for cores whose initial carry is not zeros and depends on their
+    # parameters (the resets read it, and its gradient flows back).
     network, observations, episode_start, start_carry = asymmetric_sequence(
         network_type
     )
+    if initial_carry == "from_parameters":
+
+        def from_parameters(core):
+            start = jnp.tanh(core.cell.bias[: core.cell.hidden_size]) + 0.3
+            if isinstance(core.cell, eqx.nn.LSTMCell):
+                return eqxrl.nn.LSTMCarry(hidden=start, cell=-start)
+            return eqxrl.nn.GRUCarry(hidden=start)
+
+        monkeypatch.setattr(type(network.actor_core), "initial_carry", from_parameters)
+        assert not jnp.allclose(network.initial_carry().actor.hidden, 0.0)
 
     def unrolled(network, start_carry):
         with eqxrl.algorithms.cpu_speed_tricks(speed_tricks):

@@ -478,21 +478,17 @@ def _unroll_cores(
         for core in cores
     )
     parameters = tuple(core.recurrent_parameters(per_gate) for core in cores)
+    initials = tuple(core.initial_carry() for core in cores)
     return _recurrent_loop(
-        sequence_unroll_steps(), parameters, gates, carries, episode_start
+        sequence_unroll_steps(), parameters, gates, carries, initials, episode_start
     )
 
 
-def _initial(carry: PyTree[Array]) -> PyTree[Array]:
-    # Every core's `initial_carry()` is zeros.
-    return jax.tree.map(jnp.zeros_like, carry)
-
-
-def _loop_step(parameters, carries, gates, start):
-    """One step of every core: the carries reset where an episode starts, their
-    recurrent products, and the cells' update. Also returns what backpropagation
-    reads again: the carries the step read and the products."""
-    carries_in = tuple(reset_carry(c, _initial(c), start) for c in carries)
+def _loop_step(parameters, carries, initials, gates, start):
+    """One step of every core: the carries reset to `initials` where an episode
+    starts, their recurrent products, and the cells' update. Also returns what
+    backpropagation reads again: the carries the step read and the products."""
+    carries_in = tuple(reset_carry(c, i, start) for c, i in zip(carries, initials))
     products = tuple(
         recurrent_products(p, c.hidden) for p, c in zip(parameters, carries_in)
     )
@@ -502,9 +498,13 @@ def _loop_step(parameters, carries, gates, start):
     return outputs, carries_in, products
 
 
-def _forward_loop(unroll, parameters, gates, carries, starts, residuals: bool):
+def _forward_loop(
+    unroll, parameters, gates, carries, initials, starts, residuals: bool
+):
     def body(carries, inputs):
-        outputs, carries_in, products = _loop_step(parameters, carries, *inputs)
+        outputs, carries_in, products = _loop_step(
+            parameters, carries, initials, *inputs
+        )
         new_carries = tuple(c for c, _ in outputs)
         hidden = tuple(h for _, h in outputs)
         return new_carries, (hidden, carries_in, products) if residuals else hidden
@@ -513,9 +513,10 @@ def _forward_loop(unroll, parameters, gates, carries, starts, residuals: bool):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _recurrent_loop(unroll, parameters, gates, carries, starts):
-    """The cores' loop over a sequence: the final carries, and every step's hidden
-    vector per core.
+def _recurrent_loop(unroll, parameters, gates, carries, initials, starts):
+    """The cores' loop over a sequence, from `carries`, each core's carry reset to
+    its `initials` (`initial_carry()`) where `starts` says an episode starts: the
+    final carries, and every step's hidden vector per core.
 
     Its gradient is backpropagation through time with the recurrent weights'
     gradients taken out of the loop: the backward loop carries only the carries'
@@ -523,24 +524,26 @@ def _recurrent_loop(unroll, parameters, gates, carries, starts):
     weights' gradient is then one product over the whole sequence (XLA's
     transpose of a scan adds a step's outer product into the weights' gradient
     at every step instead). The same sums, in another order."""
-    return _forward_loop(unroll, parameters, gates, carries, starts, False)
+    return _forward_loop(unroll, parameters, gates, carries, initials, starts, False)
 
 
-def _recurrent_loop_forward(unroll, parameters, gates, carries, starts):
+def _recurrent_loop_forward(unroll, parameters, gates, carries, initials, starts):
     final, (hidden, carries_in, products) = _forward_loop(
-        unroll, parameters, gates, carries, starts, True
+        unroll, parameters, gates, carries, initials, starts, True
     )
-    return (final, hidden), (parameters, gates, carries_in, products, starts)
+    return (final, hidden), (parameters, gates, carries_in, products, initials, starts)
 
 
 def _recurrent_loop_backward(unroll, residuals, cotangents):
-    parameters, gates, carries_in, products, starts = residuals
+    parameters, gates, carries_in, products, initials, starts = residuals
     final_cotangent, hidden_cotangent = cotangents
 
-    def body(carry_cotangents, inputs):
+    def body(loop_cotangents, inputs):
+        carry_cotangents, initial_cotangents = loop_cotangents
         gates, carries_in, products, start, hidden_cotangents = inputs
         step_cotangents = []
         product_cotangents = []
+        reset_cotangents = []
         for p, g, c, r, dc, dh in zip(
             parameters,
             gates,
@@ -555,24 +558,43 @@ def _recurrent_loop_backward(unroll, residuals, cotangents):
             _, products_vjp = jax.vjp(lambda h: recurrent_products(p, h), c.hidden)
             (dh_in,) = products_vjp(dr)
             dc_in = eqx.tree_at(lambda c: c.hidden, dc_in, dc_in.hidden + dh_in)
-            step_cotangents.append((reset_carry(dc_in, _initial(dc_in), start), dg))
+            # Where an episode starts, the step read the initial carry, not the
+            # previous step's: the cotangent goes there instead.
+            zeros = jax.tree.map(jnp.zeros_like, dc_in)
+            step_cotangents.append((reset_carry(dc_in, zeros, start), dg))
+            reset_cotangents.append(reset_carry(zeros, dc_in, start))
             product_cotangents.append(dr)
         new_carry_cotangents = tuple(dc for dc, _ in step_cotangents)
         gate_cotangents = tuple(dg for _, dg in step_cotangents)
-        return new_carry_cotangents, (gate_cotangents, tuple(product_cotangents))
+        initial_cotangents = jax.tree.map(
+            jnp.add, initial_cotangents, tuple(reset_cotangents)
+        )
+        return (new_carry_cotangents, initial_cotangents), (
+            gate_cotangents,
+            tuple(product_cotangents),
+        )
 
-    carry_cotangents, (gate_cotangents, product_cotangents) = jax.lax.scan(
-        body,
-        final_cotangent,
-        (gates, carries_in, products, starts, hidden_cotangent),
-        reverse=True,
-        unroll=unroll,
+    no_cotangents = jax.tree.map(jnp.zeros_like, initials)
+    (carry_cotangents, initial_cotangents), (gate_cotangents, product_cotangents) = (
+        jax.lax.scan(
+            body,
+            (final_cotangent, no_cotangents),
+            (gates, carries_in, products, starts, hidden_cotangent),
+            reverse=True,
+            unroll=unroll,
+        )
     )
     parameter_cotangents = tuple(
         _sequence_parameter_cotangent(p, c.hidden, dr)
         for p, c, dr in zip(parameters, carries_in, product_cotangents)
     )
-    return parameter_cotangents, gate_cotangents, carry_cotangents, None
+    return (
+        parameter_cotangents,
+        gate_cotangents,
+        carry_cotangents,
+        initial_cotangents,
+        None,
+    )
 
 
 def _sequence_parameter_cotangent(parameters, hidden, product_cotangents):
