@@ -469,6 +469,8 @@ def test_brax_hyperparameters_translate(published, num_steps, total_timesteps):
     assert ppo.initialization == "lecun_uniform"
     # Not recomputed at every epoch (see docs/continuous-control.md).
     assert not ppo.recompute_advantages
+    # Brax's order: the batch joins the normalizer before the updates on it.
+    assert ppo.update_observation_statistics_first
     model = ppo.make_network(jr.key(0))
     head = np.asarray(model.actor[-1].weight)
     assert np.abs(head).max() <= np.sqrt(3.0 / head.shape[1])

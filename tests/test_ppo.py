@@ -296,6 +296,60 @@ def test_minibatch_environments_needs_num_minibatches_to_divide_num_envs(env):
         )
 
 
+class StatisticsRecordingPPO(eqxrl.PPO):
+    """PPO whose loss sends the observation statistics it normalizes by (their
+    count) to the host."""
+
+    def _loss(self, model, observation_statistics, *rest):
+        jax.debug.callback(
+            STATISTICS_COUNTS.append, observation_statistics.count, ordered=True
+        )
+        return super()._loss(model, observation_statistics, *rest)
+
+
+STATISTICS_COUNTS = []
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_update_observation_statistics_first_normalizes_the_updates_by_the_rollout(
+    env, first
+):
+    """By default the updates of an iteration see the statistics its rollout
+    acted with; with `update_observation_statistics_first=True` (Brax's order)
+    they see those statistics merged with the rollout's observations. Either way
+    the rollout is merged once: after one iteration (the same rollout) the
+    statistics are the same."""
+    settings = dict(SMALL, num_epochs=2, normalize_observations=True)
+    batch = SMALL["num_envs"] * SMALL["num_steps"]
+    STATISTICS_COUNTS.clear()
+    ppo = StatisticsRecordingPPO(
+        env=env, update_observation_statistics_first=first, **settings
+    )
+    state, _ = ppo.train(jr.key(0))
+    updates_per_iteration = 2 * SMALL["num_minibatches"]
+    counts = np.asarray(STATISTICS_COUNTS).reshape(3, updates_per_iteration)
+    # The statistics start from a pseudo-count of 1e-4 (RunningMeanStd.zeros).
+    merged = 1e-4 + batch * (np.arange(3) + (1 if first else 0))
+    np.testing.assert_allclose(
+        counts, np.repeat(merged[:, None], updates_per_iteration, axis=1)
+    )
+    np.testing.assert_allclose(state.observation_statistics.count, 1e-4 + 3 * batch)
+    one_iteration = dict(settings, total_timesteps=batch)
+    ordered, _ = eqxrl.PPO(
+        env=env, update_observation_statistics_first=first, **one_iteration
+    ).train(jr.key(0))
+    default, _ = eqxrl.PPO(env=env, **one_iteration).train(jr.key(0))
+    for a, b in zip(
+        _arrays(ordered.observation_statistics), _arrays(default.observation_statistics)
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_update_observation_statistics_first_needs_normalized_observations(env):
+    with pytest.raises(ValueError, match="needs normalize_observations=True"):
+        eqxrl.PPO(env=env, update_observation_statistics_first=True, **SMALL)
+
+
 def test_recompute_advantages_refuses_a_recurrent_critic(env):
     ppo = eqxrl.PPO(
         env=env,

@@ -304,6 +304,8 @@ def brax_ppo_arguments(
         clip_value_loss=clip_value is not None,
         normalize_advantages=brax["normalize_advantage"],
         normalize_observations=brax["normalize_observations"],
+        # Brax merges each batch into its normalizer before the updates on it.
+        update_observation_statistics_first=brax["normalize_observations"],
         reward_scale=None if reward_scaling == 1.0 else reward_scaling,
         hidden_sizes=tuple(network["policy_hidden_layer_sizes"]),
         critic_hidden_sizes=tuple(network["value_hidden_layer_sizes"]),

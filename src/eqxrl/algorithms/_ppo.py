@@ -237,6 +237,16 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
       are, and as Brax's PPO draws its minibatches), instead of steps drawn from
       every environment (`False`, default). `num_minibatches` must divide
       `num_envs`.
+    - `update_observation_statistics_first`: (with `normalize_observations`) merge
+      the rollout's observations into the statistics before the epochs, as Brax's
+      PPO does, so that every update (and the values `learn` computes) sees
+      observations normalized by statistics that include them; the rollout's
+      stored values and log-probabilities keep the statistics it acted with.
+      `False` (default): after the epochs, so the updates see the statistics the
+      rollout acted with and the first importance ratios are exactly one. On
+      Playground's `CartpoleBalance` under randomization Brax's order solved more
+      seeds (see [Continuous control](../continuous-control.md#from-brax-to-eqxrl));
+      [`from_brax_hyperparameters`][eqxrl.PPO.from_brax_hyperparameters] sets it.
     - `actor_keys`: with a `Dict` observation space, the keys the default
       network's actor reads (e.g. `("state",)`); `None` reads all.
     - `critic_keys`: the keys the default network's critic reads (e.g.
@@ -327,6 +337,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     initialization: Initialization = eqx.field(static=True, default="orthogonal")
     recompute_advantages: bool = eqx.field(static=True, default=False)
     minibatch_environments: bool = eqx.field(static=True, default=False)
+    update_observation_statistics_first: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         for name in ("num_envs", "num_steps", "num_epochs", "num_minibatches"):
@@ -389,6 +400,12 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         network = check_actor_critic(
             "PPO", self.env, self.make_network, self.network_factory
         )
+        if self.update_observation_statistics_first and not self.normalize_observations:
+            raise ValueError(
+                "PPO: update_observation_statistics_first=True chooses when the "
+                "observation statistics are updated; it needs "
+                "normalize_observations=True."
+            )
         if self.minibatch_environments and self.num_envs % self.num_minibatches:
             raise ValueError(
                 "PPO: minibatch_environments=True draws minibatches of whole "
@@ -1358,7 +1375,17 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
 
         `(state, metrics)`, with `state.iteration` one more; see `train_iteration`.
         """
-        acting = self.acting_model(state.model, state.observation_statistics)
+        # The statistics the updates normalize observations by: the rollout's
+        # own, or (Brax's order) those merged with the rollout's observations.
+        observation_statistics = state.observation_statistics
+        if (
+            observation_statistics is not None
+            and self.update_observation_statistics_first
+        ):
+            observation_statistics = self._updated_observation_statistics(
+                observation_statistics, transitions
+            )
+        acting = self.acting_model(state.model, observation_statistics)
         recurrent = acting.is_recurrent
         if recurrent and segment_carry is None:
             raise ValueError(
@@ -1418,7 +1445,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         def current_advantages(model):
             # The advantages and value targets of the critic as it is now, the
             # rollout's observations valued once more.
-            acting = self.acting_model(model, state.observation_statistics)
+            acting = self.acting_model(model, observation_statistics)
             values = self._rollout_values(acting, transitions.observation)
             advantages, returns = advantages_and_returns(
                 values, next_state_values(acting, values)
@@ -1472,7 +1499,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 with sequence_batch_hint(minibatch_rows):
                     (_, statistics), grads = grad_fn(
                         model,
-                        state.observation_statistics,
+                        observation_statistics,
                         batch,
                         batch_advantages,
                         batch_returns,
@@ -1484,7 +1511,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 # that stay in cache; the loss is a mean over rows, so its
                 # gradient is the mean of the blocks' gradients.
                 (_, statistics), grads = mean_over_row_blocks(
-                    lambda *rows: grad_fn(model, state.observation_statistics, *rows),
+                    lambda *rows: grad_fn(model, observation_statistics, *rows),
                     (batch, batch_advantages, batch_returns, noise),
                     cpu_row_blocks(minibatch_size, model),
                 )
@@ -1511,10 +1538,12 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             (state.model, state.optimizer_state),
             split(key, self.num_epochs),
         )
-        observation_statistics = state.observation_statistics
-        if observation_statistics is not None:
-            observation_statistics = update_observation_statistics(
-                observation_statistics, self._restore_observation(flat[0].observation)
+        if (
+            observation_statistics is not None
+            and not self.update_observation_statistics_first
+        ):
+            observation_statistics = self._updated_observation_statistics(
+                observation_statistics, transitions
             )
         metrics = jtu.tree_map(jnp.mean, statistics)
         metrics.update(episode_metrics(transitions))
@@ -1537,6 +1566,18 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             carry=state.carry,
         )
         return state, metrics
+
+    def _updated_observation_statistics(
+        self, statistics: PyTree[RunningMeanStd | None], transitions: Transition
+    ) -> PyTree[RunningMeanStd | None]:
+        """The observation statistics merged with every observation of the
+        rollout."""
+        observations = jtu.tree_map(
+            lambda x: x.reshape(-1, *x.shape[2:]), transitions.observation
+        )
+        return update_observation_statistics(
+            statistics, self._restore_observation(observations)
+        )
 
     def _sequences(
         self,
