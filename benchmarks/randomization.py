@@ -26,8 +26,9 @@ matrix products. `--networks small` gives both sides `(64, 64)` networks (eqxrl'
 defaults, through Brax's own `make_ppo_networks`), where the environment's physics is
 most of the work.
 
-Rounds alternate Brax then eqxrl, round `i` with seed `i` on both sides. Brax's trainer
-calls `jax.device_put_replicated`, gone since jax 0.10, which
+Round `i` trains seed `i` on both sides, Brax first in even rounds and eqxrl first in
+odd ones (A B, B A: a machine that slows down during a round favours neither side).
+Brax's trainer calls `jax.device_put_replicated`, gone since jax 0.10, which
 `brax_trainers.provide_device_put_replicated` supplies there; the figures were measured
 in `.venv-brax` (jax 0.8.3, brax 0.14.2, playground 0.2.0, eqxrl with the `export`
 extra):
@@ -202,12 +203,19 @@ def main() -> None:
         flush=True,
     )
     rounds = []
-    for seed in range(pairs):
-        theirs = brax_run(env, settings, seed)
+
+    def eqxrl_run(seed):
         start = time.perf_counter()
-        state, metrics = jax.block_until_ready(compiled(ppo, jr.key(seed), True))
-        seconds = time.perf_counter() - start
-        ours = dict(steps_per_second=steps / seconds)
+        state, _ = jax.block_until_ready(compiled(ppo, jr.key(seed), True))
+        return state, dict(steps_per_second=steps / (time.perf_counter() - start))
+
+    for seed in range(pairs):
+        if seed % 2 == 0:
+            theirs = brax_run(env, settings, seed)
+            state, ours = eqxrl_run(seed)
+        else:
+            state, ours = eqxrl_run(seed)
+            theirs = brax_run(env, settings, seed)
         if theirs["steps"] != steps:
             raise RuntimeError(f"Brax ran {theirs['steps']:,} steps, eqxrl {steps:,}")
         ours["return"] = held_out_return(

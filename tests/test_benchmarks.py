@@ -272,6 +272,15 @@ SMOKE_RUNS = {
         [rf"steps/s ratio median {NUMBER}x \(best {NUMBER}x\)"],
         ["brax", "mujoco_playground"],
     ),
+    "randomization_seeds.py": (
+        # Two seeds per arm at toy sizes (Brax and Playground: .venv-robot).
+        ["--quick"],
+        [
+            rf"^{arm}: solved \d+ of 2 \(\d+%\), mean {NUMBER}$"
+            for arm in ("brax", "eqxrl", "eqxrl-statistics-after")
+        ],
+        ["brax", "mujoco_playground"],
+    ),
     "sorrel_parity.py": (
         # Sorrel needs Python >= 3.12: runs in .venv-sorrel, skipped elsewhere.
         ["--configs", "default", "--episodes", "1", "--turns", "10"]
