@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import eqxrl
+from eqxrl.algorithms import compute_gae
 
 # optax.adam computes `b1 ** count` with an int32 count.
 STANDARD_DTYPE_PROMOTION = True
@@ -86,6 +87,7 @@ def test_compiles_once_for_two_keys_and_two_gammas(env):
         train(eqxrl.PPO(env=env, **{**SMALL, "num_steps": 8}), jr.key(0))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_over_gammas(env):
     ppo = eqxrl.PPO(env=env, **SMALL)
     keys = jr.split(jr.key(0), 3)
@@ -131,7 +133,8 @@ def test_rejects_auto_reset_env(env):
         eqxrl.PPO(env=eqxrl.envs.AutoReset(env))
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_learns_cartpole_contract_config(env):
     ppo = eqxrl.PPO(
         env=env,
@@ -189,6 +192,7 @@ def _arrays(tree):
     return jax.tree.leaves(eqx.filter(tree, eqx.is_array))
 
 
+@pytest.mark.slow
 def test_recompute_advantages_revalues_the_rollout_with_the_current_critic(env):
     """`recompute_advantages=True`: every epoch's advantages and value targets
     come from the critic as it is then. With the critic frozen (`vf_coef=0`: no
@@ -310,6 +314,7 @@ class StatisticsRecordingPPO(eqxrl.PPO):
 STATISTICS_COUNTS = []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", [False, True])
 def test_update_observation_statistics_first_normalizes_the_updates_by_the_rollout(
     env, first
@@ -359,3 +364,137 @@ def test_recompute_advantages_refuses_a_recurrent_critic(env):
     )
     with pytest.raises(ValueError, match="recompute_advantages=True needs a feed"):
         ppo.train(jr.key(0))
+
+
+def test_loss_is_policy_loss_plus_weighted_value_loss_minus_entropy_bonus(env):
+    """PPO's total loss on a hand-built minibatch of 5 rows is `policy_loss +
+    vf_coef * value_loss - ent_coef * entropy`: the entropy is a bonus (it lowers
+    the loss), and the entropy it subtracts is the mean entropy of the policy."""
+    ppo = eqxrl.PPO(
+        env=env,
+        num_envs=1,
+        num_steps=5,
+        total_timesteps=5,
+        num_minibatches=1,
+        hidden_sizes=(4,),
+        ent_coef=0.3,
+        vf_coef=0.7,
+    )
+
+    @eqx.filter_jit  # one compilation for the network, the batch and the loss
+    def loss_and_entropies(ppo, key):
+        network_key, observation_key, log_prob_key, value_key, advantage_key = jr.split(
+            key, 5
+        )
+        model = ppo.make_network(network_key)
+        observations = jr.normal(observation_key, (5, 4))
+        batch = jax.vmap(
+            lambda observation, action, log_prob, value: eqxrl.buffers.Transition(
+                observation=observation,
+                action=action,
+                log_prob=log_prob,
+                value=value,
+                reward=jnp.float32(0.0),
+                terminated=jnp.bool_(False),
+                truncated=jnp.bool_(False),
+                action_mask=None,
+                extras={},
+            )
+        )(
+            observations,
+            jnp.array([0, 1, 1, 0, 1], jnp.int32),
+            jnp.log(0.5) + 0.2 * jr.normal(log_prob_key, (5,)),
+            jr.normal(value_key, (5,)),
+        )
+        advantages, returns = jr.normal(advantage_key, (2, 5))
+        total, statistics = ppo._loss(model, None, batch, advantages, returns)
+        entropies = jax.vmap(lambda o: model(o, None)[0].entropy())(observations)
+        return total, statistics, entropies
+
+    total, statistics, entropies = loss_and_entropies(ppo, jr.key(0))
+    entropy = np.mean(entropies)
+    assert entropy > 0.1  # a bonus of ent_coef * entropy that a sign flip doubles
+    np.testing.assert_allclose(statistics["entropy"], entropy, rtol=1e-5)
+    np.testing.assert_allclose(statistics["total_loss"], total, rtol=1e-6)
+    np.testing.assert_allclose(
+        total,
+        statistics["policy_loss"]
+        + 0.7 * statistics["value_loss"]
+        - 0.3 * statistics["entropy"],
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+class AdvantageRecordingPPO(eqxrl.PPO):
+    """PPO whose loss sends every minibatch's advantages and value targets to the
+    host."""
+
+    def _loss(self, model, observation_statistics, batch, advantages, returns, *rest):
+        jax.debug.callback(ADVANTAGES.append, (advantages, returns))
+        return super()._loss(
+            model, observation_statistics, batch, advantages, returns, *rest
+        )
+
+
+ADVANTAGES = []
+
+
+def test_update_bootstraps_truncated_steps_from_their_final_observation_value():
+    """The advantages and value targets PPO updates with, on a rollout of 2
+    environments truncated every 3 steps, are `compute_gae`'s with each step's
+    next value the critic's value of the observation the step reached before any
+    reset (the final one where an episode was truncated), not the next episode's
+    first observation's."""
+    env = eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 3)
+    ppo = AdvantageRecordingPPO(
+        env=env,
+        num_envs=2,
+        num_steps=8,
+        total_timesteps=16,
+        num_epochs=1,
+        num_minibatches=1,
+        hidden_sizes=(4,),
+        normalize_advantages=False,
+    )
+
+    @eqx.filter_jit
+    def iteration(ppo, state, key):
+        rollout_key, update_key = jr.split(key)
+        state, transitions, truncation_values, _ = ppo.rollout(
+            state, rollout_key, next_observation=True
+        )
+        ppo.learn(state, transitions, truncation_values, update_key)
+        return transitions
+
+    state = ppo.init(jr.key(0))
+    ADVANTAGES.clear()
+    transitions = jax.block_until_ready(iteration(ppo, state, jr.key(1)))
+    truncated = np.asarray(transitions.truncated)
+    assert truncated[[2, 5]].all() and truncated.sum() == 4
+
+    def gae(next_observations):
+        next_values = jax.vmap(jax.vmap(state.model.value))(next_observations)
+        return compute_gae(
+            transitions.reward,
+            transitions.value,
+            next_values,
+            transitions.terminated,
+            transitions.truncated,
+            ppo.gamma,
+            ppo.gae_lambda,
+        )
+
+    expected = gae(transitions.extras["next_observation"])
+    # The next episode's first observation would give other advantages.
+    following = jnp.concatenate(
+        [transitions.observation[1:], transitions.extras["next_observation"][-1:]]
+    )
+    assert not np.allclose(gae(following)[0], expected[0], rtol=1e-3, atol=1e-4)
+    (advantages, returns), *others = ADVANTAGES
+    assert not others  # one epoch of one minibatch: the whole rollout
+    for recorded, promised in zip((advantages, returns), expected):
+        # The minibatch's rows come shuffled.
+        np.testing.assert_allclose(
+            np.sort(recorded), np.sort(np.ravel(promised)), rtol=1e-5, atol=1e-6
+        )

@@ -45,13 +45,25 @@ def recurrent_team(env, algorithm_class=VDN, **options):
     return algorithm_class(dqn, share_parameters=False)
 
 
+class RankedTeam(MaskedTeam):
+    """`MaskedTeam` where agent `i` earns `10 * i + action + 1` (its actions are
+    valid ones): rewards differ between the agents and, with the worlds' own
+    random actions, between the worlds."""
+
+    def step(self, state, action, key):
+        state, timestep = super().step(state, action, key)
+        reward = (10 * jnp.arange(2, dtype=jnp.int32) + action + 1).astype(jnp.float32)
+        return state, eqx.tree_at(lambda t: t.reward, timestep, reward)
+
+
 @pytest.fixture(scope="module")
 def trained():
-    """The two worlds of episodes that terminate (6 steps) and of episodes
-    truncated by a time limit (4 steps), each after 5 iterations."""
+    """The two worlds of episodes that terminate (6 steps; `RankedTeam`, whose
+    agents' rewards differ) and of episodes truncated by a time limit (4 steps),
+    each after 5 iterations."""
     runs = {}
     for name, env in (
-        ("terminated", MaskedTeam()),
+        ("terminated", RankedTeam()),
         ("truncated", TimeLimit(MaskedTeam(), 4)),
     ):
         team = recurrent_team(env)
@@ -76,6 +88,7 @@ def final_carries(agents, carry, observations, episode_start):
     )
 
 
+@pytest.mark.slow
 def test_the_stored_sequences_chain_their_carries_and_flags(trained):
     """Every world's chunks follow one another: a chunk's closing observation and
     flag open the next, the next chunk's stored carry is where the agents' unroll
@@ -163,6 +176,7 @@ def reference_loss(team, agents, target_agents, sequences):
     return float(np.sum(weights * errors) / max(np.sum(weights), 1.0)), weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ends", ["terminated", "truncated"])
 def test_the_team_target_through_time_matches_a_step_by_step_reference(trained, ends):
     team, state = trained[ends]
@@ -184,7 +198,7 @@ def test_the_team_target_through_time_matches_a_step_by_step_reference(trained, 
     assert np.isfinite(float(statistics["q_value"]))
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("algorithm_class", [VDN, QMIX])
 def test_a_recurrent_team_learns_and_acts_with_its_carry(algorithm_class):
     """A run with updates: the loss is finite once learning starts, and the
@@ -238,3 +252,15 @@ def test_the_agents_loops_are_unrolled_by_the_minibatch_s_sequences_on_cpu(
     )
     unrolls = scan_unrolls(jaxpr.jaxpr)
     assert unrolls and set(unrolls) == {unroll}
+
+
+def test_the_stored_team_reward_is_each_world_s_sum_over_its_agents(trained):
+    """5 iterations of 2 worlds x 2 agents: every stored step's team reward is
+    the sum of its own world's agents' rewards (not a sum over the worlds, which
+    has the same shape here)."""
+    _, state = trained["terminated"]
+    rows = rows_in_order(state.buffer)
+    assert rows.action.shape == (5, 2, CHUNK, 2)
+    expected = np.sum(10 * np.arange(2) + rows.action + 1, axis=-1)
+    assert (expected[:, 0] != expected[:, 1]).any()  # the worlds' rewards differ
+    np.testing.assert_array_equal(rows.reward, expected)
