@@ -55,29 +55,55 @@ docs-serve: $(VENV)/.installed-dev
 	$(BIN)/mkdocs serve
 
 # Two test processes: most of the suite is single-threaded compilation, so two keep
-# both cores of a 2-core machine busy. Two passes: the tests not marked slow (and
-# the slow ones marked compile_bound) are mostly XLA compiling small programs, which
-# XLA's CPU fusion emitters off makes about a third faster (the compiled code runs
-# slower: the other slow tests, long runs, keep XLA's defaults, as users run). See
-# CHANGELOG, Internal. The option exists only in some XLA versions (jax 0.11's
-# rejects it as an unknown flag, fatally): it is passed only where a probe with it
-# runs, so the same command works with every JAX. (`echo` without quotes joins the
-# flags with no stray space: XLA reads an XLA_FLAGS of " " as a file name, fatally.)
-FAST_COMPILE := --xla_cpu_use_fusion_emitters=false
-KNOWN_FAST_COMPILE = $$(XLA_FLAGS="$$XLA_FLAGS $(FAST_COMPILE)" $(BIN)/python -c \
-	"import jax; jax.devices()" >/dev/null 2>&1 && echo "$(FAST_COMPILE)")
-QUICK_PASS = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(BIN)/python -m pytest \
-	-n 2 --dist worksteal -m "not slow or compile_bound"
+# both cores of a 2-core machine busy. Two passes:
+# - the first, every test but the `run_bound` and `xla_defaults` ones, is mostly
+#   XLA compiling small programs that then run for milliseconds, so it trades run
+#   speed for compile speed: LLVM without optimization (`--xla_backend_optimization_level=0`: PPO's
+#   CartPole program compiles 3x faster, DQN's 4x) and XLA's CPU fusion emitters off
+#   (a third faster again). Each option is passed only where a probe with it runs
+#   (jax 0.11 and newer reject the second, fatally), so the same command works with
+#   every JAX. (`echo` without quotes joins the options with no stray space: XLA
+#   reads an XLA_FLAGS of " " as a file name, fatally.)
+# - the second keeps XLA's defaults, as users run: the `run_bound` tests (long
+#   learning runs, whose code runs 2-3x slower unoptimized) and the `xla_defaults`
+#   ones (floats compared bit for bit, whose last bits LLVM without optimization
+#   computes otherwise).
+# Both append each test's seconds to $(TEST_COSTS), and `make test` ends with the
+# slowest tests and the cost of each file (tests/costs.py). See tests/README.md.
+FAST_COMPILE := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false
+KNOWN_FAST_COMPILE = $$(for option in $(FAST_COMPILE); do \
+	XLA_FLAGS="$$XLA_FLAGS $$option" $(BIN)/python -c "import jax; jax.devices()" \
+	>/dev/null 2>&1 && echo "$$option"; done)
+TEST_COSTS := $(VENV)/test-costs.jsonl
+# Local runs keep compiled programs in JAX's persistent cache, in the user's cache
+# folder (never in the repository), so a second run compiles less. It is only a
+# convenience: CI (CI=true) runs cold, and so is every figure in tests/README.md.
+ifeq ($(filter true 1 yes,$(CI)),)
+TEST_CACHE := JAX_COMPILATION_CACHE_DIR="$${XDG_CACHE_HOME:-$$HOME/.cache}/eqxrl/jax-tests" \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+endif
+PYTEST := $(TEST_CACHE) EQXRL_TEST_COSTS=$(TEST_COSTS) $(BIN)/python -m pytest \
+	-n 2 --dist worksteal
+FAST_COMPILE_PYTEST = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(PYTEST)
+PRINT_VERSIONS := $(BIN)/python -c \
+	"import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
 test: lint
-	$(BIN)/python -c "import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
-	$(QUICK_PASS)
-	$(BIN)/python -m pytest -n 2 --dist worksteal -m "slow and not compile_bound"
+	$(PRINT_VERSIONS)
+	rm -f $(TEST_COSTS)
+	$(FAST_COMPILE_PYTEST) -m "not (run_bound or xla_defaults)"
+	$(PYTEST) -m "run_bound or xla_defaults"
 	$(BIN)/mkdocs build --strict
+	$(BIN)/python tests/costs.py $(TEST_COSTS)
 
-# The quick pass alone (no lint, no long runs, no docs): what test-pythons runs.
+# The edit loop: the first pass without its learning runs, subprocesses, benchmark
+# smoke runs and other tests over about 3 s (no lint, no docs): what test-pythons
+# runs.
 test-quick: $(VENV)/.installed-dev
-	$(BIN)/python -c "import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
-	$(QUICK_PASS)
+	$(PRINT_VERSIONS)
+	rm -f $(TEST_COSTS)
+	$(FAST_COMPILE_PYTEST) -m \
+		"not (run_bound or xla_defaults or learning or subprocess or benchmark or slow)"
+	$(BIN)/python tests/costs.py $(TEST_COSTS)
 
 # The quick pass on each Python in PYTHONS, each in a venv of its own
 # (.venv-py3.X, with the JAX pip picks for that Python and the dev extras), then on

@@ -119,13 +119,13 @@ SMOKE = {
     "snake_steps": 8,
     "dqn_steps": 200,
     "iqn_steps": 200,
-    "treasure_epochs": 2,
+    "treasure_epochs": 1,
     "treasure_worlds": 4,
-    "treasure_world_epochs": 2,
+    "treasure_world_epochs": 1,
     "sorrel_epochs": 1,
     "wide_envs": 8,
     "brax_eval_episodes": 2,
-    "pqn_headline_steps": 2 * 16_384,
+    "pqn_headline_steps": 16_384,  # one chunk of time_to_greedy
 }
 ROWS = (
     "ppo_cartpole",

@@ -202,10 +202,18 @@ def collective_bytes(result_type: str) -> int:
 
 
 def run_part(part: str, devices: int, options: dict) -> dict:
+    # The caller's other XLA flags carry over (the test suite's fast compilation).
+    inherited = [
+        flag
+        for flag in os.environ.get("XLA_FLAGS", "").split()
+        if not flag.startswith("--xla_force_host_platform_device_count")
+    ]
     environment = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": " ".join(
+            [*inherited, f"--xla_force_host_platform_device_count={devices}"]
+        ),
     }
     output = subprocess.run(
         [sys.executable, __file__, "--child", part, json.dumps(options)],

@@ -214,12 +214,20 @@ def run_peers_part(total_timesteps: int, pairs: int, episodes: int) -> None:
 
 
 def run_defaults_part(
-    algorithms: list[str], seeds: int, total_timesteps: int, bar_steps: int
+    algorithms: list[str],
+    seeds: int,
+    total_timesteps: int,
+    bar_steps: int,
+    learning_starts: int | None = None,
 ) -> None:
+    """`learning_starts` other than the default's: the smoke run only."""
+    extra = {} if learning_starts is None else {"learning_starts": learning_starts}
     for name in algorithms:
         cls = {"TD3": eqxrl.TD3, "DDPG": eqxrl.DDPG}[name]
         algorithm = cls(
-            env=eqxrl.envs.make("Pendulum-v1"), total_timesteps=total_timesteps
+            env=eqxrl.envs.make("Pendulum-v1"),
+            total_timesteps=total_timesteps,
+            **extra,
         )
         train = eqx.filter_jit(
             eqx.filter_vmap(lambda key: algorithm.train(key)[1]),
@@ -259,10 +267,12 @@ def main() -> None:
         "--smoke", action="store_true", help="toy sizes: check that it runs"
     )
     args = parser.parse_args()
-    bar_steps = 2_000
+    bar_steps, learning_starts = 2_000, None
     if args.smoke:
         args.pairs, args.peer_steps, args.episodes = 1, 2_000, 2
-        args.seeds, args.defaults_steps, bar_steps = 2, 1_200, 200
+        # Two episodes, 100 updates: the code path, not a learner.
+        args.seeds, args.defaults_steps, bar_steps = 2, 400, 200
+        learning_starts = 300
     print(
         f"jax {jax.__version__}, eqxrl {eqxrl.__version__}, backend "
         f"{jax.default_backend()}"
@@ -270,7 +280,9 @@ def main() -> None:
     if "peers" in args.parts:
         run_peers_part(args.peer_steps, args.pairs, args.episodes)
     if "defaults" in args.parts:
-        run_defaults_part(args.algorithms, args.seeds, args.defaults_steps, bar_steps)
+        run_defaults_part(
+            args.algorithms, args.seeds, args.defaults_steps, bar_steps, learning_starts
+        )
 
 
 if __name__ == "__main__":

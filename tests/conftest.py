@@ -1,9 +1,13 @@
+import collections
+import json
 import os
 import runpy
 import sys
 
 import jax
 import pytest
+
+import costs
 
 # Tests always run with runtime shape checking on: through the jaxtyping pytest
 # plugin (`--jaxtyping-packages` in pyproject.toml) and eqxrl's own import hook.
@@ -14,11 +18,43 @@ os.environ.pop("EQXRL_TYPECHECK", None)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+    """Every run ends with its cost per test file (setup, call and teardown summed,
+    in worker-seconds), beside pytest's slowest tests: the numbers that
+    `tests/README.md`'s budget table is kept against. Where `EQXRL_TEST_COSTS`
+    names a file, each test's seconds are appended to it instead, and
+    `tests/costs.py` reports the passes of `make test` together."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
+        return
+    seconds: dict[str, float] = collections.defaultdict(float)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                seconds[report.nodeid] += report.duration
+    costs_file = os.environ.get("EQXRL_TEST_COSTS")
+    if costs_file:
+        with open(costs_file, "a") as file:
+            for nodeid, duration in seconds.items():
+                file.write(json.dumps({"test": nodeid, "seconds": duration}) + "\n")
+        return
+    if seconds:
+        terminalreporter.write_sep("=", "worker-seconds per test file")
+        for line in costs.per_file_lines(seconds):
+            terminalreporter.write_line(line)
+
+
+# Why a test is slow (pyproject.toml names each marker's reason).
+SLOW_MARKERS = ("run_bound", "subprocess", "benchmark", "learning", "slow")
+
+
 def pytest_collection_modifyitems(items):
-    """Slow tests (learning runs) first: with `pytest -n 2`, a long test that
-    starts last keeps one worker busy while the other idles, so the suite's wall
-    time is best when the short tests come at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Slow tests first: with `pytest -n 2`, a long test that starts last keeps one
+    worker busy while the other idles, so the suite's wall time is best when the
+    short tests come at the end."""
+    items.sort(
+        key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS)
+    )
 
 
 @pytest.fixture(autouse=True)

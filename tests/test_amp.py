@@ -148,6 +148,7 @@ def test_reference_from_npz_round_trip_and_errors(tmp_path, env):
         AMP(eqxrl.PPO(env=env, **SMALL), reference, discriminator_minibatches=5)
 
 
+@pytest.mark.slow
 def test_ppo_learns_from_the_mixed_reward(env, monkeypatch):
     """PPO's update sees `task_weight * reward + style_weight * style_reward(D)`;
     with a discriminator of constant score `c`, the style reward is
@@ -187,6 +188,7 @@ def test_ppo_learns_from_the_mixed_reward(env, monkeypatch):
     np.testing.assert_allclose(metrics["amp_style_reward"], style, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_discriminator_separates_distant_reference_and_compiles_once(env):
     # The reference lies far from every state Pendulum can show ([cos, sin] on the
     # unit circle): the discriminator must learn to tell them apart.
@@ -230,6 +232,7 @@ def test_discriminator_separates_distant_reference_and_compiles_once(env):
     )
 
 
+@pytest.mark.slow
 def test_trainer_resume_is_exact(env, tmp_path):
     amp = AMP(
         eqxrl.PPO(env=env, **{**SMALL, "total_timesteps": 4 * 16 * 4}),
@@ -295,7 +298,7 @@ def test_next_observation_is_the_pre_reset_observation():
     assert "next_observation" not in plain.extras
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_pendulum_example_reports_distances(run_script):
     output = run_script(
         Path(__file__).parent.parent / "examples" / "amp_pendulum.py",
@@ -310,6 +313,7 @@ def test_pendulum_example_reports_distances(run_script):
     assert 0 < after and 0 < before, output
 
 
+@pytest.mark.slow
 def test_recurrent_policy(env):
     """A recurrent PPO learns with AMP too: its carries flow as in PPO's iteration."""
     amp = AMP(

@@ -36,6 +36,8 @@ SMOKE_RUNS = {
     "bench_check.py": (
         # Against HEAD (a CI clone has no upstream), toy sizes, one pair.
         # (One workload: the others are the smoke runs of the scripts it imports.)
+        # Over 10 s: two fresh interpreters (the tree's and the base's), each
+        # importing JAX and compiling Snake's loop, are what the script compares.
         ["--base", "HEAD", "--quick", "--pairs", "1", "--repeats", "1"]
         + ["--workloads", "snake"],
         [rf"^\s*snake\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}x\s+{NUMBER}x"],
@@ -57,7 +59,7 @@ SMOKE_RUNS = {
         [],
     ),
     "trainer_overhead.py": (
-        ["--total-timesteps", "16384", "--rounds", "1"],
+        ["--total-timesteps", "2048", "--rounds", "1"],  # 4 iterations
         [
             rf"compile train:\s+{NUMBER} s",
             r"warm-up train\s+bit-identical to train: True",
@@ -86,6 +88,8 @@ SMOKE_RUNS = {
         ["gymnasium"],
     ),
     "snake.py": (
+        # Over 10 s: the environment loop's program and PPO's (the PPO part's three
+        # timed runs of four iterations are the script's own).
         ["--sizes", "6", "--num-envs", "64", "--pairs", "1", "--ppo-size", "6"]
         + ["--policies", "mlp"],
         [
@@ -96,7 +100,8 @@ SMOKE_RUNS = {
     ),
     "value_based.py": (
         ["--parts", "buffer", "defaults", "--capacities", "1000", "--seeds", "1"]
-        + ["--defaults-steps", "20000"],
+        # DQN and IQN at their defaults, 15 updates past learning_starts (10,000).
+        + ["--defaults-steps", "10240"],
         [
             # add in scan (may round to 0.00), add donated, add copied, sample
             # 1-step and 3-step (microseconds), in place
@@ -107,6 +112,8 @@ SMOKE_RUNS = {
         [],
     ),
     "snake_memory.py": (
+        # Over 10 s: a fresh interpreter per dtype (what the memory figures need),
+        # each compiling PPO's CNN iteration.
         ["--size", "6", "--num-envs", "64", "--num-steps", "16"]
         + ["--num-minibatches", "4"],
         [
@@ -134,6 +141,9 @@ SMOKE_RUNS = {
     "multiagent.py": (
         # Every part at toy sizes: 2 epochs of Sorrel's experiment (1 seed), one
         # scaling row, one loop row (the same compiled program as that row).
+        # Over 10 s: the parts' programs are Sorrel's networks at Sorrel's sizes (the
+        # FLOP count checked below), the loop's its own small ones, and the matrix
+        # product is the printed 2048x2048.
         ["--epochs", "2", "--seeds", "1", "--worlds", "1", "--agents", "2"]
         + ["--steps", "2", "--iterations", "1", "--loop-agents", "2"]
         + ["--loop-iterations", "1"],
@@ -161,10 +171,11 @@ SMOKE_RUNS = {
         ["gymnax", "rejax"],
     ),
     "recurrent.py": (
-        # The learning bars' code at two iterations (the speed part needs
-        # PureJaxRL's files, fetched outside the repository).
+        # The learning bars' code at one iteration (the speed part needs
+        # PureJaxRL's files, fetched outside the repository). Over 10 s: the two
+        # programs compared, GRU and feed-forward PPO.
         ["learning", "--seeds", "1", "--tasks", "StatelessCartPole-v1"]
-        + ["--total-timesteps", "8192"],
+        + ["--total-timesteps", "4096"],
         [
             rf"{network}: mean return over the last 1 iterations per seed "
             rf"\[{NUMBER}\]"
@@ -173,34 +184,45 @@ SMOKE_RUNS = {
         [],
     ),
     "program_hashes.py": (
+        # Over 10 s: lowers (no compilation) every configuration's program, the fixed
+        # set whose hashes `--compare` checks: the run checks that each still builds.
         ["--save", "/dev/null"],
         [rf"^{NUMBER} programs hashed"],
         [],
     ),
-    "gpu.py": (
-        # Every row at its smallest size on the CPU (peers where installed), so that
-        # the script the GPU runs cannot rot.
-        ["--smoke"],
+    # gpu.py's rows, at their smallest sizes on the CPU (peers where installed), so
+    # that the script the GPU runs cannot rot: in three runs, since every row
+    # compiles programs of its own (over 10 s in all; three runs share it out
+    # between the test processes). Row 1 compiles 7 programs: each seed count plain,
+    # with command buffers and at the profiles' 8 iterations, and throw=False.
+    "gpu.py ppo_cartpole memory": (
+        ["--smoke", "--rows", "ppo_cartpole", "memory"],
+        [
+            rf"^\| ppo_cartpole \| {program} \| {NUMBER} env steps \|"
+            for program in (
+                "PPO CartPole, PureJaxRL's config, 1 seed",
+                r"PPO CartPole, PureJaxRL's config, 1 seed; eqxrl with "
+                r"throw=False \(no divergence check\)",
+                "PPO CartPole, 4 seeds vmapped",
+                "PPO CartPole, 4 seeds vmapped; eqxrl with command buffers",
+            )
+        ]
+        + [
+            # Row 1's kernel profiles (XLA's CPU thunks, off the GPU).
+            rf"^\| PPO CartPole, 4 seeds vmapped, 8 iterations traced \| eqxrl \| "
+            rf"{NUMBER} \| {NUMBER} \|",
+            # The memory table: XLA's total for a program, in MiB.
+            rf"^\| PPO CartPole, PureJaxRL's config, 1 seed \| .* \| {NUMBER} \|$",
+        ],
+        [],
+    ),
+    "gpu.py snake value_based treasure_hunt brax": (
+        # Over 10 s: 8 programs, the largest Sorrel's learners for 1 and 4 worlds
+        # (each row's sizes are in the labels checked).
+        ["--smoke", "--rows", "snake", "value_based", "treasure_hunt", "brax"],
         [
             rf"^\| {row} \| {program} \| {NUMBER} {unit} \|"
             for row, program, unit in (
-                (
-                    "ppo_cartpole",
-                    "PPO CartPole, PureJaxRL's config, 1 seed",
-                    "env steps",
-                ),
-                (
-                    "ppo_cartpole",
-                    r"PPO CartPole, PureJaxRL's config, 1 seed; eqxrl with "
-                    r"throw=False \(no divergence check\)",
-                    "env steps",
-                ),
-                ("ppo_cartpole", "PPO CartPole, 4 seeds vmapped", "env steps"),
-                (
-                    "ppo_cartpole",
-                    "PPO CartPole, 4 seeds vmapped; eqxrl with command buffers",
-                    "env steps",
-                ),
                 ("snake", "Snake 12x12, 8 envs x 8 steps", "env steps"),
                 ("snake", "Snake 12x12, 16 envs x 8 steps", "env steps"),
                 (
@@ -215,18 +237,19 @@ SMOKE_RUNS = {
                 ),
                 ("treasure_hunt", r"Sorrel's experiment, 1 world\(s\) .*", "epochs"),
                 ("treasure_hunt", r"Sorrel's experiment, 4 world\(s\) .*", "epochs"),
-                ("tricks", r"PPO CartPole, PureJaxRL's config: .*", "env steps"),
-                ("tricks", r"Snake 8 envs: .*", "env steps"),
             )
         ]
+        + [r"^\| brax \| .* \| skipped: "],
+        [],
+    ),
+    "gpu.py pqn_headline tricks": (
+        ["--smoke", "--rows", "pqn_headline", "tricks"],
+        [
+            rf"^\| tricks \| {program}: .* \| {NUMBER} env steps \|"
+            for program in ("PPO CartPole, PureJaxRL's config", "Snake 8 envs")
+        ]
         + [
-            r"^\| brax \| .* \| skipped: ",
-            # Row 1's kernel profiles (XLA's CPU thunks, off the GPU).
-            rf"^\| PPO CartPole, 4 seeds vmapped, 8 iterations traced \| eqxrl \| "
-            rf"{NUMBER} \| {NUMBER} \|",
             r"^pqn_headline: seconds to a greedy 475 on CartPole-v1, .*: median PQN ",
-            # The memory table: XLA's total for a program, in MiB.
-            rf"^\| PPO CartPole, PureJaxRL's config, 1 seed \| .* \| {NUMBER} \|$",
         ],
         [],
     ),
@@ -234,16 +257,18 @@ SMOKE_RUNS = {
         # Without purejaxql's file the speed part times eqxrl alone; the headline
         # part at one chunk of 16k steps, PQN's side (DQN at its defaults compiles
         # for minutes under the suite's --xla_cpu_use_fusion_emitters=false);
-        # MinAtar Breakout's speed and learning paths at one and two iterations.
+        # MinAtar Breakout's speed and learning paths at one iteration each.
+        # Over 10 s: four programs (CartPole's train and train_iterations, MinAtar's
+        # train, one seed and vmapped) and the greedy evaluations.
         ["--parts", "speed", "headline", "minatar"]
         + ["--steps", "4096", "--pairs", "1", "--seeds", "1"]
         + ["--headline-steps", "16384", "--headline-algorithms", "PQN"]
-        + ["--minatar-speed-steps", "4096", "--minatar-steps", "8192"],
+        + ["--minatar-speed-steps", "4096", "--minatar-steps", "4096"],
         [
             rf"CartPole, .*\n.*\n  eqxrl: compile {NUMBER} s, {NUMBER} steps/s",
             rf"seed 0 PQN: \D*{NUMBER}",
             rf"Breakout-MinAtar, .*\n.*\n  eqxrl: compile {NUMBER} s, {NUMBER} steps/s",
-            # Returns may be zero after two iterations: their format only.
+            # Returns may be zero after one iteration: their format only.
             rf"  eqxrl: mean -?[0-9.]+ \(seeds -?[0-9.]+\); {NUMBER} s",
             r"eqxrl greedy \(32 episodes each\): -?[0-9]+\.[0-9]+$",
         ],
@@ -251,7 +276,7 @@ SMOKE_RUNS = {
     ),
     "td3.py": (
         # Without rejax (the dev venv) the peers part says it is skipped; TD3 and
-        # DDPG at their defaults for 1,200 steps x 2 seeds.
+        # DDPG at their defaults (learning from step 300) for 400 steps x 2 seeds.
         ["--smoke"],
         [
             rf"TD3 at its defaults on Pendulum-v1, .* \({NUMBER} steps/s\)",
@@ -291,6 +316,13 @@ SMOKE_RUNS = {
 }
 
 
+# A script's smoke run is named by the script, or by the script and its part where
+# it has several runs.
+def script_of(run: str) -> str:
+    """The benchmark script a smoke run runs."""
+    return run.split(" ")[0]
+
+
 def make_bench_scripts() -> list[str]:
     """The scripts the Makefile's `bench` target runs, in order."""
     makefile = (ROOT / "Makefile").read_text()
@@ -308,11 +340,11 @@ def figures(pattern: str, output: str) -> list[float]:
 
 def test_every_benchmark_has_a_smoke_run():
     scripts = sorted(path.name for path in BENCHMARKS.glob("*.py"))
-    assert scripts == sorted(SMOKE_RUNS)
+    assert scripts == sorted({script_of(run) for run in SMOKE_RUNS})
     assert set(make_bench_scripts()) <= set(SMOKE_RUNS)
 
 
-@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
+@pytest.mark.parametrize("script", sorted({script_of(run) for run in SMOKE_RUNS}))
 def test_benchmarks_use_public_api_only(script):
     """No `eqxrl._x` module and no `obj._x` attribute (a script's own `self._x`
     aside): private names change without notice, and a benchmark that reaches into
@@ -341,13 +373,13 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
-@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
-def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
+@pytest.mark.benchmark
+@pytest.mark.parametrize("run", sorted(SMOKE_RUNS))
+def test_benchmark_runs_and_prints_its_figures(run, monkeypatch, run_script):
     """`make bench`'s scripts, `snake_memory.py`, and `peers.py` where its peers are
     installed (`make bench-peers`)."""
-    arguments, patterns, needs = SMOKE_RUNS[script]
+    arguments, patterns, needs = SMOKE_RUNS[run]
+    script = script_of(run)
     for module in needs:
         pytest.importorskip(module)
     monkeypatch.chdir(ROOT)
@@ -372,28 +404,20 @@ def test_benchmark_runs_and_prints_its_figures(script, monkeypatch, run_script):
         assert len(result["host_mujoco"]["returns"]) == 1
         assert 0 < result["host_mujoco"]["mean"] <= 50  # rewards lie in [0, 1]
     if script == "gpu.py":
-        # Every row is in the JSON, none failed, and a tricks row compares.
+        # Every row asked for is in the JSON, none failed, and a tricks row compares.
         (path,) = re.findall(r"^wrote (\S+gpu\.json) and", output, re.MULTILINE)
         report = json.loads(Path(path).read_text())
         rows = {result["row"] for result in report["results"]}
-        assert rows == {
-            "ppo_cartpole",
-            "snake",
-            "value_based",
-            "treasure_hunt",
-            "brax",
-            "pqn_headline",
-            "profile",
-            "memory",
-            "tricks",
-        }
+        asked = set(arguments[arguments.index("--rows") + 1 :])
+        assert rows == asked | ({"profile"} if "ppo_cartpole" in asked else set())
         assert not [r for r in report["results"] if "error" in r], report
         assert all(
             r["ratio_median"] > 0 for r in report["results"] if r["row"] == "tricks"
         )
         profiles = [r["profiles"] for r in report["results"] if r["row"] == "profile"]
-        assert len(profiles) == 2, profiles
-        assert all(p["eqxrl"]["kernels"] > 0 for p in profiles), profiles
+        if "ppo_cartpole" in asked:
+            assert len(profiles) == 2, profiles
+            assert all(p["eqxrl"]["kernels"] > 0 for p in profiles), profiles
         assert report["device"].startswith("cpu")
     if script == "multiagent.py":
         # Sorrel's networks at Sorrel's sizes, whatever the run's length: acting

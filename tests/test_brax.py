@@ -438,7 +438,7 @@ def test_brax_training_wrappers_run_to_brax():
     np.testing.assert_array_equal(observation[29], observation[59])
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.filterwarnings("ignore:jax.device_put_replicated:DeprecationWarning")
 def test_brax_ppo_learns_cartpole_through_to_brax():
     if not hasattr(jax, "device_put_replicated"):
@@ -480,7 +480,7 @@ def test_brax_ppo_learns_cartpole_through_to_brax():
     assert steps >= 40_000
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_eqxrl_ppo_learns_inverted_pendulum_through_from_brax(pendulum):
     env = TimeLimit(from_brax(pendulum), 200)
 

@@ -478,6 +478,7 @@ def test_an_old_sharded_format_is_refused(sharded):
         eqxrl.load_checkpoint(sharded)
 
 
+@pytest.mark.slow
 def test_a_failed_sharded_load_leaves_no_orbax_work_behind(
     sharded, tmp_path, monkeypatch
 ):

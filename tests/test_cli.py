@@ -219,7 +219,6 @@ def test_plot_overlays_runs(trained, capsys, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_recurrent_network_run_is_named_and_evaluates(capsys, tmp_path):
     """`--network gru` trains PPO with a GRUActorCritic; config.json and the
     checkpoints name its factory, so the run re-loads on its own, and `eqxrl eval`
@@ -445,6 +444,7 @@ def _compiled_bytes(algorithm) -> int:
     )
 
 
+@pytest.mark.slow
 def test_auto_num_envs_picks_the_largest_power_of_two_that_fits():
     """With the free memory between the programs of 2 and 4 environments (as
     `memory_analysis()` measures them), the pick is 2: not the cap (4), which a
@@ -556,6 +556,7 @@ def test_auto_num_envs_reads_the_free_memory(monkeypatch):
     assert auto_num_envs(toy, available_bytes=2**30) == _cpu_cap()
 
 
+@pytest.mark.slow
 def test_cli_num_envs_auto_trains_ppo(capsys, tmp_path):
     """`--num-envs auto` on CartPole PPO: 8 environments would leave
     total_timesteps=32 less than one iteration, so the pick is 4."""

@@ -108,6 +108,7 @@ def test_train_compiles_with_the_algorithm_options_at_the_top_level_only():
     assert vmapped["loss"].shape == (2, 3)
 
 
+@pytest.mark.slow
 def test_ppo_options_compile_and_keep_its_results():
     ppo = eqxrl.PPO(
         env=eqxrl.envs.make("CartPole-v1"),

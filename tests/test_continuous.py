@@ -155,7 +155,8 @@ def test_normalized_ppo_exports_normalizer_with_policy():
     np.testing.assert_allclose(policy.act(raw, jr.key(0)), expected, rtol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_ppo_learns_pendulum():
     """Four seeds in one vmapped program; three must swing up (a random policy
     scores about -1200; float rounding differs between CPUs, and so do the runs)."""
@@ -186,6 +187,7 @@ def test_ppo_learns_pendulum():
 # scale, separate actor / critic sizes, reward scaling, Brax's hyperparameters ----
 
 
+@pytest.mark.xla_defaults
 def test_pre_squash_log_prob_is_exact_where_the_tanh_saturates():
     mean = jnp.array([0.3, 12.0], jnp.float32)
     log_std = jnp.array([-0.5, 0.0], jnp.float32)
@@ -365,6 +367,7 @@ def test_reward_scale_scales_the_value_targets():
     assert np.nanmax(returns) >= 1.0
 
 
+@pytest.mark.slow
 def test_brax_style_ppo_learns_pendulum():
     """Brax's policy head (tanh-squashed, softplus scale from the actor), swish
     layers, separate actor / critic widths and a reward scale: three seeds in one

@@ -257,6 +257,7 @@ def reference():
     return state, metrics
 
 
+@pytest.mark.slow
 def test_stop_then_resume_is_bit_exact_curriculum_included(tmp_path, reference):
     out = tmp_path / "run"
     _, first = make_trainer(out).fit(seed=SEED, stop_at_iteration=4)
@@ -297,7 +298,7 @@ KILLED_RUN = textwrap.dedent(
 ).format(example=str(EXAMPLE), options=TINY_PPO, seed=SEED)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigkill_then_resume_is_bit_exact_curriculum_included(tmp_path, reference):
     out = tmp_path / "killed"
     out.mkdir()

@@ -72,6 +72,7 @@ def eqxrl_actions(policy, env, observations):
     return np.stack(actions), carry
 
 
+@pytest.mark.subprocess
 def test_import_leaves_jax_out():
     script = "import sys, eqxrl_deploy; print(sorted(m for m in sys.modules "
     script += "if m.split('.')[0] in ('jax', 'jaxlib', 'eqxrl')))"
@@ -82,6 +83,7 @@ def test_import_leaves_jax_out():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", [feed_forward, gru], ids=["feed_forward", "gru"])
 def test_onnx_policy_reproduces_eqxrl(case, tmp_path):
     """Five steps of a batch of 8 (and of its first row alone, unbatched) through
@@ -132,6 +134,7 @@ def test_onnx_policy_reproduces_eqxrl(case, tmp_path):
         np.testing.assert_allclose(kept[name], leaf, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_onnx_policy_action_mask(tmp_path):
     """A masked discrete policy: the mask goes in with the observation, batched or
     not, and the masked greedy choice is eqxrl's."""

@@ -101,8 +101,7 @@ def _models(folder):
         return [arrays[name] for name in sorted(arrays.files)]
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
+@pytest.mark.subprocess
 def test_two_processes_train_as_one_and_resume_on_one_device(tmp_path):
     import numpy as np
 

@@ -184,6 +184,7 @@ def test_ppo_metrics_report_the_sampled_parameters():
     assert held.shape == (4,) and len(np.unique(held)) == 4
 
 
+@pytest.mark.slow
 def test_off_policy_metrics_report_the_sampled_parameters():
     """SAC (the off-policy loop) and DQN (the Q-learning loop) average the
     parameters into their metrics too."""
@@ -384,6 +385,7 @@ def test_brax_randomization_keeps_only_the_leaves_it_batches():
     assert list(timestep.extras[ENV_METRICS]) == ["domain_parameters/gravity"]
 
 
+@pytest.mark.slow
 def test_brax_hyperparameters_take_the_randomization_fn():
     """Brax's `randomization_fn` argument, given to PPO's and SAC's translations of
     Brax's settings, randomizes the time-limited environment (as Brax's trainers

@@ -233,6 +233,7 @@ def test_curve_band_is_mean_and_std_over_seeds(tmp_path):
     assert np.isnan(mean[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env_id", ["CartPole-v1", "Pendulum-v1", "GridMaze-v0", "Snake-v0"]
 )

@@ -125,7 +125,7 @@ def test_training_extra_has_every_backend_of_the_training_driver():
 # Runs
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_cartpole_example_learns_and_writes_a_loadable_policy(
     tmp_path, run_script, capsys
 ):
@@ -151,7 +151,7 @@ def test_cartpole_example_learns_and_writes_a_loadable_policy(
     assert eval_return(tmp_path / "policy.eqx", capsys) > 100.0
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_masked_example_takes_no_invalid_action_and_reaches_the_goal(
     run_script,
 ):
@@ -168,7 +168,7 @@ def test_masked_example_takes_no_invalid_action_and_reaches_the_goal(
     assert len(path.group(1)) >= 8  # the shortest path
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_pendulum_example_prints_curve(run_script):
     output = run_script(
         EXAMPLES / "pendulum_ppo.py",
@@ -187,6 +187,7 @@ def test_pendulum_example_prints_curve(run_script):
         assert -3300.0 <= value <= 0.0, output
 
 
+@pytest.mark.slow
 def test_pqn_example_prints_curve_and_greedy_returns(run_script):
     output = run_script(
         EXAMPLES / "pqn_cartpole.py",
@@ -208,6 +209,7 @@ def test_pqn_example_prints_curve_and_greedy_returns(run_script):
         assert 1.0 <= value <= 500.0, output
 
 
+@pytest.mark.slow
 def test_td3_example_prints_curve_and_deterministic_returns(run_script):
     output = run_script(
         EXAMPLES / "td3_pendulum.py",
@@ -230,7 +232,7 @@ def test_td3_example_prints_curve_and_deterministic_returns(run_script):
         assert 0.0 <= value <= 3300.0, output
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_recurrent_example_trains_evaluates_and_steps_with_the_carry(run_script):
     output = run_script(
         EXAMPLES / "recurrent_ppo.py",
@@ -252,7 +254,7 @@ def test_recurrent_example_trains_evaluates_and_steps_with_the_carry(run_script)
     assert norm > 0.0, output  # the carry moved from its zero start
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_snake_example_writes_a_policy_that_eqxrl_eval_opens(
     tmp_path, run_script, capsys
 ):
@@ -299,7 +301,7 @@ def team_returns(output: str) -> list[float]:
     return [float(value) for value in curve]
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_mappo_example_trains_recurrent_mappo_on_mpe(run_script):
     import_jaxmarl_or_skip()
     output = run_script(
@@ -316,7 +318,7 @@ def test_mappo_example_trains_recurrent_mappo_on_mpe(run_script):
         assert -1000.0 < value < 0.0, output
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("recurrent", [False, True], ids=["mlp", "gru"])
 def test_qmix_example_trains_qmix_on_mpe(run_script, recurrent):
     import_jaxmarl_or_skip()

@@ -101,6 +101,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("format", ["stablehlo", "onnx"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_export_reproduces_actions(case, format, tmp_path):
@@ -168,6 +169,7 @@ def test_sampled_policy_exports_exactly_to_stablehlo(tmp_path):
     assert (first["action"] != second["action"]).any()
 
 
+@pytest.mark.subprocess
 def test_onnx_runs_without_jax(tmp_path):
     """The robot's side: onnxruntime and NumPy in a fresh interpreter, JAX never
     imported, reproduces eqxrl's actions and carries step after step."""
@@ -256,6 +258,7 @@ def test_export_refusals(tmp_path, monkeypatch):
         eqxrl.export_policy(sampling, tmp_path / "p.onnx", "onnx", env=env)
 
 
+@pytest.mark.slow
 def test_cli_exports_a_run(capsys, tmp_path):
     """`eqxrl export RUN_DIR` writes policy.stablehlo (and with --format onnx,
     policy.onnx) beside the run and reports the checked difference."""

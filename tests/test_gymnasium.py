@@ -175,7 +175,7 @@ def test_unsupported_space_raises():
         from_gymnasium(multi_discrete_actions)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_ppo_learns_gymnasium_cartpole(cartpole):
     """The unchanged PPO trainer on the host environment, four seeds in one vmap (so
     the callbacks see a [seeds, envs] batch): 16k steps lift the return from ~30 to

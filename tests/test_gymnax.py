@@ -140,7 +140,7 @@ def test_vmapped_params_randomize_the_domain():
     assert not np.allclose(observations[0], observations[2])
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_ppo_learns_gymnax_cartpole():
     """Four seeds in one vmapped program; three must learn (runs differ between
     CPUs: no single float trajectory is relied on)."""
@@ -351,6 +351,7 @@ def test_purejaxrl_style_rollout_on_cartpole():
     np.testing.assert_array_equal(np.asarray(info["discount"]), 1.0 - done)
 
 
+@pytest.mark.slow
 def test_step_matches_eqxrl_auto_reset():
     eqxrl_env = eqxrl.envs.make("CartPole-v1")
     env, env_params = to_gymnax(eqxrl_env)

@@ -97,7 +97,7 @@ CASES = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_example_runs(name, run_script):
     arguments, check = CASES[name]

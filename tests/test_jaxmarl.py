@@ -618,7 +618,8 @@ def test_unsupported_spaces_and_wrappers_are_refused():
 # Independent PPO learns
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_independent_ppo_example_learns_simple_spread(run_script):
     """`examples/jaxmarl_ippo.py` at its defaults (IPPO, one actor-critic per agent,
     4 vmapped seeds of 102,400 steps on MPE simple spread): the team's return over

@@ -302,7 +302,7 @@ def random_return(env, key, num_games, num_steps):
     return total.mean(), ended.all()
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_masked_ppo_learns_small_snake_better_than_random():
     # Snake-v1 on a 5x5 board, games of at most 50 steps: the grid goes through
     # the default network's CNN, the step count is one-hot.

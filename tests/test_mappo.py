@@ -2,6 +2,7 @@
 agent-specific state), shared or per-agent parameters, recurrent networks, the
 world-major layout as a trace-time error, and decentralised policies."""
 
+import functools
 import json
 
 import equinox as eqx
@@ -51,6 +52,7 @@ def world_timesteps(algorithm, key=jr.key(1)):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("critic_input", "shape"),
     [
@@ -82,10 +84,11 @@ def test_the_critic_reads_its_input_by_name(critic_input, shape):
         np.testing.assert_array_equal(critic[:, 1, -2:], [[0, 1], [0, 1]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
 def test_the_critic_sees_the_global_state_and_the_policy_does_not(share_parameters):
-    algorithm = mappo(share_parameters=share_parameters)
-    state = algorithm.init(jr.key(0))
+    # A trained state (the one the sharing tests read: no program of its own).
+    algorithm, state, _, _ = trained(share_parameters)
     timestep = world_timesteps(algorithm)
     values = algorithm.values(state, timestep)
     assert values.shape == (2, 2)
@@ -106,6 +109,7 @@ def test_the_critic_sees_the_global_state_and_the_policy_does_not(share_paramete
     assert action.shape == ()
 
 
+@pytest.mark.slow
 def test_a_batch_in_the_wrong_layout_is_a_trace_time_error_naming_both_shapes():
     # JaxMARL #169: a critic batch built agent-major where world-major was meant.
     algorithm = mappo(num_envs=4, num_minibatches=2)
@@ -126,9 +130,34 @@ def test_a_batch_in_the_wrong_layout_is_a_trace_time_error_naming_both_shapes():
 # --------------------------------------------------------------------------------------
 
 
+@functools.cache
+def trained(share_parameters: bool):
+    """MAPPO on the small world, trained from seeds 0 and 1 with a listener on
+    XLA's compilations: the state of seed 0, how many programs the first run
+    compiled and how many the second did. Shared by the tests that read a trained
+    state and the one that counts compilations, so each configuration compiles
+    once in this module."""
+    compiled = []
+    listening = [True]
+
+    def listen(event, seconds, **_):
+        if listening[0] and event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        algorithm = mappo(share_parameters=share_parameters)
+        state, _ = algorithm.train(jr.key(0))
+        first = len(compiled)
+        algorithm.train(jr.key(1))
+    finally:
+        listening[0] = False
+    return algorithm, state, first, len(compiled) - first
+
+
 @pytest.mark.slow
 def test_unshared_agents_differ_and_shared_ones_are_one_copy():
-    own_state, _ = mappo(share_parameters=False).train(jr.key(0))
+    _, own_state, _, _ = trained(False)
     model = own_state.learners.model
     for leaf in parameters(model):
         assert leaf.shape[0] == 2  # one network per agent, on the agent axis
@@ -138,7 +167,7 @@ def test_unshared_agents_differ_and_shared_ones_are_one_copy():
             assert leaf.shape[0] == 2
             assert np.abs(leaf[0] - leaf[1]).max() > 0
 
-    shared_state, _ = mappo(share_parameters=True).train(jr.key(0))
+    _, shared_state, _, _ = trained(True)
     shared = shared_state.learners.model
     # One copy: the network's own shapes, no agent axis.
     expected = algorithm_network_shapes(mappo(share_parameters=True))
@@ -150,6 +179,7 @@ def agent_copies_equal(stacked: np.ndarray) -> np.ndarray:
     return np.asarray(stacked[0] == stacked[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("share_parameters", "share_critic"),
     [(True, False), pytest.param(False, True, marks=pytest.mark.slow)],
@@ -217,27 +247,14 @@ def test_synchronised_gradients_are_the_team_mean_under_one_clip():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
 def test_a_run_is_one_program_compiled_once(share_parameters):
     """Every agent's learner (stacked or shared) is in one compiled program,
     which a second seed reuses."""
-    compiled = []
-    listening = [True]
-
-    def listen(event, seconds, **_):
-        if listening[0] and event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(seconds)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        algorithm = mappo(share_parameters=share_parameters, total_timesteps=2 * 8)
-        algorithm.train(jr.key(0))
-        first = len(compiled)
-        algorithm.train(jr.key(1))
-    finally:
-        listening[0] = False
+    algorithm, _, first, second = trained(share_parameters)
     assert first >= 1
-    assert len(compiled) == first  # the second seed compiles nothing
+    assert second == 0  # the second seed compiles nothing
     # One program: its lowering has one entry point, whatever the agents.
     text = algorithm.lower(jr.key(0)).as_text()
     assert text.count("func.func public @main") == 1
@@ -266,7 +283,6 @@ def sharp_gru(env, key, **options):
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 @pytest.mark.parametrize("share_parameters", [True, False], ids=["shared", "own"])
 def test_recurrent_mappo_replays_its_rollout_exactly(share_parameters):
     """Two members of one program: a frozen policy (learning rate 0, ratios
@@ -370,6 +386,7 @@ def test_sharing_one_part_needs_a_critic_of_its_own():
     assert any(jax.tree.leaves(network.critic_mask()))
 
 
+@pytest.mark.slow
 def test_mappo_trains_on_treasure_hunt_and_the_team_return_moves():
     """The scope statement: MAPPO runs on TreasureHunt-v0, and its team return
     moves (the learning bars are in benchmarks/multiagent.py)."""
@@ -404,7 +421,6 @@ def arrays(tree):
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys):
     """`eqxrl train TreasureHunt-v0 --critic-input agent_specific --network gru
     --share-critic yes` trains recurrent MAPPO with one actor per agent and one
@@ -415,7 +431,7 @@ def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys)
     from eqxrl.training import main
 
     flags = ["--num-envs=2", "--num-steps=8", "--total-timesteps=64"]
-    flags += ["--num-minibatches=2"]
+    flags += ["--num-minibatches=2", "--eval-episodes=2"]
     flags += [f"--env-option={k}={v}" for k, v in WORLD_OPTIONS.items()]
     out = tmp_path / "cli"
     argv = ["train", "TreasureHunt-v0", "--critic-input", "agent_specific"]
@@ -471,7 +487,7 @@ def test_recurrent_mappo_from_the_command_line_resumes_exactly(tmp_path, capsys)
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_mappo_on_agents_that_differ_never_takes_a_padding_action():
     """Speaker-listener: a speaker with 3 actions and a listener with 5, padded to
     5 with the speaker's last two masked off by `from_jaxmarl`; observations of

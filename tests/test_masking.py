@@ -54,6 +54,7 @@ class MaskedBandit(AbstractEnvironment[BanditState]):
         return BanditState(state.step + 1), self._timestep(reward, jnp.bool_(True))
 
 
+@pytest.mark.slow
 def test_probe_learns_best_valid_action_never_the_masked_one():
     ppo = eqxrl.PPO(
         env=MaskedBandit(),
@@ -131,7 +132,7 @@ def test_check_entropy_collapse_thresholds():
     assert check({"entropy": np.zeros(3)}, warn=False) is None
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_grid_maze_learned_with_masks_without_invalid_actions():
     env = eqxrl.envs.make("GridMaze-v0")
     ppo = eqxrl.PPO(

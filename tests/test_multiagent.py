@@ -168,6 +168,7 @@ def stacked():
     return algorithm, start, end, metrics
 
 
+@pytest.mark.slow
 def test_agent_learns_in_the_stack_what_it_learns_alone(stacked):
     """Agent 1 trained among two ends with the parameters, optimizer state and
     replay buffer of the same agent trained alone (a one-agent Independent) with
@@ -221,6 +222,7 @@ TINY_PPO = dict(
 )
 
 
+@pytest.mark.slow
 def test_ppo_agent_learns_in_the_stack_what_it_learns_alone():
     """Independent PPO ("IPPO"): agent 1 trained among two ends with the
     actor-critic and optimizer state of the same agent trained alone with the same
@@ -339,6 +341,7 @@ def test_policies_act_per_agent(stacked):
         algorithm.policy(end, agent=2)
 
 
+@pytest.mark.slow
 def test_shared_parameters_train_one_network():
     """`share_parameters=True`: one network (no agent axis) over flattened
     observations with the one-hot agent index, one replay buffer with a column per
@@ -364,6 +367,7 @@ def test_shared_parameters_train_one_network():
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share_parameters", [False, True])
 def test_recurrent_policies_carry_one_state_per_agent(share_parameters):
     """Independent recurrent PPO's joint policy: one carry per agent on the agent
@@ -492,7 +496,6 @@ def quiet_trainer(algorithm, out) -> eqxrl.Trainer:
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_command_line_and_trainer_resume_exactly(tmp_path, capsys):
     """`eqxrl train TreasureHunt-v0 --algo iqn` trains independent IQN (per-agent
     columns in metrics.csv, a checkpoint that rebuilds its Independent config,
@@ -592,7 +595,8 @@ class RandomPolicy(eqxrl.nn.AbstractPolicy):
         return jr.randint(key, (self.num_agents,), 0, 4, jnp.int32)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_independent_iqn_beats_random_on_treasure_hunt():
     """Two independent IQN agents on Sorrel's Treasure Hunt (21x21, 100 turns)
     collect more than two random walkers within 160k world steps: the agents'

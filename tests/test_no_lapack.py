@@ -124,6 +124,7 @@ def test_every_algorithm_is_checked():
     assert sorted(algorithms()) == sorted(NAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_programs_hold_no_lapack_call(name):
     algorithm = algorithms()[name]

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import pytest
 
 import eqxrl
 
@@ -40,6 +41,7 @@ def run_one_iteration(ppo: eqxrl.PPO):
     return metrics, model, compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_exact_uint8_storage_trains_like_float32_in_less_memory():
     num_envs, num_steps, size = 32, 16, 6
     reference, model, float32_bytes = run_one_iteration(

@@ -102,6 +102,7 @@ def test_the_default_network_is_pqn_s_layer_norm_mlp(env):
     assert np.isfinite(np.asarray(q)).all() and float(jnp.abs(q).max()) < 10.0
 
 
+@pytest.mark.slow
 def test_grid_observations_get_the_layer_norm_cnn():
     snake = eqxrl.envs.Snake()
     network = eqxrl.PQN(env=snake).make_network(jr.key(0))
@@ -163,7 +164,8 @@ def test_command_line_trains_pqn(tmp_path, capsys):
     assert "td_loss" in (out / "metrics.csv").read_text().splitlines()[0]
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_learns_cartpole_at_purejaxql_s_config():
     """purejaxql's `pqn_cartpole` config (the defaults), 4 seeds vmapped in one
     program: the greedy policy averages at least 475 over 16 episodes on 3 of 4."""

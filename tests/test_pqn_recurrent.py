@@ -61,6 +61,7 @@ def test_refuses_minibatches_that_split_no_whole_sequences(env):
         small(env, num_minibatches=8)
 
 
+@pytest.mark.slow
 def test_the_carry_resets_where_an_episode_starts(env):
     """The rollout's values, acted step by step, are the network's stepped from the
     state's carry with a reset exactly where `episode_start` is set, and its
@@ -124,6 +125,7 @@ def quiet(algorithm, **kwargs):
     return Trainer(algorithm, verbose=False, progress=False, gif_episodes=0, **kwargs)
 
 
+@pytest.mark.slow
 def test_resume_through_the_trainer_is_exact(env, tmp_path):
     # A factory the checkpoint's configuration can name: GRUQNetwork at its
     # defaults.
@@ -163,7 +165,7 @@ def memory_chain(memory_length: int) -> eqxrl.envs.AbstractEnvironment:
     return eqxrl.envs.from_gymnax(gymnax_env, EnvParams(memory_length=memory_length))
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_remembers_what_a_feed_forward_pqn_cannot():
     """MemoryChain (bsuite) with a memory of 5 steps: the context, shown at an
     episode's first step only, decides the +1 or -1 of its last. Without memory the
@@ -201,6 +203,7 @@ def test_remembers_what_a_feed_forward_pqn_cannot():
     assert all(r <= 0.5 for r in greedy["feed_forward"]), greedy
 
 
+@pytest.mark.slow
 def test_command_line_trains_pqn_rnn(tmp_path, capsys):
     """`--algo pqn --gru-size N` is PQN-RNN: the checkpoint rebuilds a GRU
     Q-network with a carry per environment, and `eqxrl eval` acts with it."""

@@ -93,6 +93,7 @@ def numpy_q_lambda(reward, next_value, terminated, truncated, gamma, lam):
 # ------------------------------------------------------------- team targets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share_parameters", [True, False])
 def test_team_targets_and_loss_match_numpy(share_parameters):
     """On a hand-built rollout of 5 steps in 3 worlds (terminations and
@@ -210,6 +211,7 @@ def test_the_loss_predicts_the_sum_of_the_chosen_values():
     assert np.abs(last[0]).sum() > 0 and np.abs(last[1]).sum() > 0
 
 
+@pytest.mark.slow
 def test_a_rollout_keeps_the_team_reward_and_the_team_greedy_values():
     """A collected rollout on MaskedTeam under a time limit of 4 steps: the team
     reward (2 per step: both agents act validly), episodes truncated every 4
@@ -289,22 +291,24 @@ def test_masked_actions_are_never_taken(share_parameters):
 # ------------------------------------------------------- the program contract
 
 
+@pytest.mark.slow
 def test_one_compilation_for_keys_and_sweepable_numbers_and_vmap_over_seeds():
+    # One program, vmapped over seeds, for other keys and other sweepable numbers.
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
-    def train(algorithm, key):
-        return algorithm.train(key)
+    def train(algorithm, keys):
+        return eqx.filter_vmap(algorithm.train)(keys)
 
     first = PQNVDN(small())
     second = PQNVDN(small(gamma=0.5, learning_rate=1e-3, q_lambda=0.3))
-    _, metrics = train(first, jr.key(0))
-    _, again = train(first, jr.key(1))
-    _, other = train(second, jr.key(0))
+    keys = jr.split(jr.key(0), 2)
+    states, metrics = train(first, keys)
+    _, again = train(first, jr.split(jr.key(1), 2))
+    _, other = train(second, keys)
     assert not np.allclose(metrics["q_value"], other["q_value"])
     assert not np.allclose(metrics["q_value"], again["q_value"])
 
-    keys = jr.split(jr.key(0), 2)
-    states, seeds = eqx.filter_jit(eqx.filter_vmap(first.train))(keys)
+    seeds = metrics
     assert seeds["td_loss"].shape == (2, first.num_iterations)
     assert seeds["episode_return"].shape == (2, first.num_iterations, 2)
     assert np.isfinite(np.asarray(seeds["td_loss"])).all()
@@ -367,6 +371,7 @@ def step(network, carry, observation):
     return network.step(carry, observation)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share_parameters", [True, False])
 def test_recurrent_sequence_loss_matches_a_step_by_step_reference(share_parameters):
     """GRU agents on 2 hand-built sequences of 5 steps (an episode terminated
@@ -467,7 +472,7 @@ def test_recurrent_sequence_loss_matches_a_step_by_step_reference(share_paramete
 # ----------------------------------------------------------------- learning
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_team_return_grows_on_treasure_hunt():
     """40k world steps on Treasure Hunt (16 worlds x 32 steps per iteration,
     episodes of 100 turns): the team's return over the last 5 iterations in which
@@ -522,7 +527,6 @@ def quiet_trainer(algorithm, out) -> eqxrl.Trainer:
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_resumes_exactly_through_the_trainer(tmp_path):
     """GRU agents, one network each: a run stopped at iteration 2 and resumed
     from its checkpoint ends bit for bit where an uninterrupted run ends (agents,
@@ -550,7 +554,6 @@ def test_resumes_exactly_through_the_trainer(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_the_command_line_trains_pqn_vdn(tmp_path, capsys):
     """`eqxrl train TreasureHunt-v0 --algo pqn --mixer vdn` trains PQN-VDN
     (config.json names the class; its checkpoint rebuilds it); `eqxrl eval`

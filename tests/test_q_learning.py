@@ -364,6 +364,7 @@ def test_target_copies_on_top_of_soft_updates(env):
     )
 
 
+@pytest.mark.slow
 def test_iqn_mean_quantile_loss_and_noisy_draws(env):
     """`quantile_loss="mean"` is the summed loss over `num_quantiles`; with
     `noisy=True` the loss draws noise from its key (scaled by the layers'
@@ -450,7 +451,8 @@ def final_returns(metrics, fraction=0.05):
     return np.nanmean(returns[:, -last:], axis=1)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 @pytest.mark.parametrize("name", ["DQN", "IQN"])
 def test_defaults_learn_cartpole(env, name):
     # IQN's run is 3.5x DQN's on CPU: 3 seeds of it, 2 of which must learn.

@@ -69,6 +69,7 @@ def test_implicit_quantile_network_embeds_fractions_with_cosines():
     np.testing.assert_allclose(q, expected_q, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_q_networks_match_equinox_linear_layers_row_by_row():
     # The networks compute their layers as `x @ W.T + b` (a faster layout under
     # vmap); the reference applies each `eqx.nn.Linear` to one vector at a time.
@@ -178,6 +179,7 @@ def test_algorithms_take_q_networks_by_their_interface():
         )
 
 
+@pytest.mark.slow
 def test_noisy_linear_noise_is_keyed_and_zero_sigma_is_linear():
     """A NoisyLinear is its mean layer when called; `sample_noise` draws noise that
     changes with the key, is the same for the same key, and is nothing at
@@ -227,6 +229,7 @@ def test_noisy_linear_noise_is_keyed_and_zero_sigma_is_linear():
         NoisyLinear(0, 3, key=jr.key(0))
 
 
+@pytest.mark.slow
 def test_implicit_quantile_network_noisy_dueling_head():
     """`noisy=True` makes the layers after the fraction embedding noisy (Sorrel's
     IQN), `dueling=True` centres the advantages; the network's own outputs use
@@ -290,6 +293,7 @@ def _conv_reference(network, observation):
     return network.head.weight @ jax.nn.relu(x) + network.head.bias
 
 
+@pytest.mark.slow
 def test_cnn_q_network_equals_xla_convolutions_with_layer_norm():
     sizes = {"channels": (8, 4), "hidden_size": 16}
     network = eqxrl.nn.CNNQNetwork(

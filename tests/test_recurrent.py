@@ -198,7 +198,7 @@ def counting_success(ppo: eqxrl.PPO, state, key, num_episodes=64) -> Array:
     return jax.jit(jax.vmap(episode))(jr.split(key, num_episodes))
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_counting_task_is_solved_by_a_gru_and_not_without_memory():
     options = dict(
         num_envs=16,
@@ -349,6 +349,7 @@ def test_unroll_is_equinox_s_cell_step_by_step(
     assert jnp.allclose(values, jnp.stack(stepped_values), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("speed_tricks", [None, False])
 @pytest.mark.parametrize("network_type", ["gru", "lstm"])
 @pytest.mark.parametrize("initial_carry", ["zeros", "from_parameters"])

@@ -104,6 +104,7 @@ def assert_trained(states, metrics):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_recurrent_policy_never_takes_a_masked_action():
     env = short("GridMaze-v0")  # masks the moves into walls
 
@@ -179,6 +180,7 @@ def squashed_pendulum_runs():
     return train_sweep(squashed_pendulum)
 
 
+@pytest.mark.slow
 def test_box_actions_with_a_recurrent_gaussian_policy():
     def make(**sweep):
         return eqxrl.PPO(
@@ -196,6 +198,7 @@ def test_box_actions_with_a_recurrent_gaussian_policy():
     assert frozen.shape == (1,) and np.abs(trained - frozen).max() > 1e-5
 
 
+@pytest.mark.slow
 def test_box_actions_with_a_recurrent_squashed_policy(squashed_pendulum_runs):
     states, metrics = squashed_pendulum_runs
     assert_replay_matches_rollout(metrics)
@@ -249,6 +252,7 @@ def test_normalized_observations_and_rewards_with_a_recurrent_policy(
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_asymmetric_recurrent_actor_never_reads_the_critic_keys():
     env = NoisySensors(short("CartPole-v1"), 0.1)
     factory = functools.partial(
@@ -313,7 +317,6 @@ def assert_close(actual, expected):
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_seeds_under_vmap_are_the_runs_of_each_seed_in_one_trace():
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
@@ -336,7 +339,6 @@ def test_seeds_under_vmap_are_the_runs_of_each_seed_in_one_trace():
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 def test_a_learning_rate_sweep_built_inside_vmap():
     def train_with(learning_rate):
         return stateless_cartpole(learning_rate=learning_rate).train(jr.key(0))
@@ -373,7 +375,6 @@ WORLD = TimeLimit(
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 @pytest.mark.parametrize("share_parameters", [False, True], ids=["own", "shared"])
 def test_independent_recurrent_learners_carry_one_state_per_agent(share_parameters):
     factory = functools.partial(sharp_gru, hidden_size=16)

@@ -24,7 +24,7 @@ from toy_training import kill_after_two_checkpoints
 # optax.adam computes `b1 ** count` with an int32 count.
 STANDARD_DTYPE_PROMOTION = True
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.subprocess
 
 SRC = Path(__file__).parent.parent / "src"
 SEED = 5

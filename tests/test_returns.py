@@ -86,6 +86,7 @@ def reference_q_lambda(rewards, next_values, terminated, truncated, gamma, lam):
     return returns
 
 
+@pytest.mark.xla_defaults
 @pytest.mark.parametrize("q_lambda", [0.0, 0.65, 1.0])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_q_lambda_returns_match_numpy_at_terminated_and_truncated_steps(seed, q_lambda):

@@ -34,6 +34,7 @@ def test_blocks_only_for_large_networks_and_large_even_batches():
     assert cpu_row_blocks(16384, small) == 1
 
 
+@pytest.mark.slow
 def test_mean_over_blocks_is_the_whole_batch_mean_and_its_gradient():
     network = eqx.nn.MLP(8, 1, 64, 2, key=jr.key(0))
     inputs = jr.normal(jr.key(1), (512, 8))
@@ -54,6 +55,7 @@ def test_mean_over_blocks_is_the_whole_batch_mean_and_its_gradient():
     np.testing.assert_allclose(values, jax.vmap(network)(inputs), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_ppo_trains_the_same_in_blocks(monkeypatch):
     """A 256 x 3 critic (over 100k parameters) and 4,096-row minibatches: the
     rollout's values and the updates go in blocks of 1,024 rows, and one iteration

@@ -107,6 +107,7 @@ def test_tanh_log_prob_matches_the_direct_formula():
     )
 
 
+@pytest.mark.xla_defaults
 def test_log_prob_gradient_flows_where_tanh_saturates():
     """The reparameterized path stays differentiable where the action is +-1 in
     float32 (SAC's actor loss depends on it)."""
@@ -249,6 +250,7 @@ def test_reward_scale_multiplies_the_reward_in_the_target(env):
         small(env, reward_scale=-1.0)
 
 
+@pytest.mark.slow
 def test_observation_normalization_statistics_and_policy(env):
     # 10 iterations of 4 envs x 2 steps: every collected observation is in the
     # buffer (raw) and in the statistics; the policy normalizes what it is given.
@@ -281,6 +283,7 @@ def test_temperature_has_its_own_step_size(env):
     assert 1e-4 < first_updates <= 2.1e-4, first_updates
 
 
+@pytest.mark.slow
 def test_temperature_moves_toward_the_target_entropy(env):
     # A one-dimensional tanh-Gaussian has entropy below log(2) ~ 0.69: a target of
     # 5 is never reached (alpha must rise at every update), one of -20 is always
@@ -547,6 +550,7 @@ def quiet(algorithm, **kwargs):
     return Trainer(algorithm, verbose=False, progress=False, gif_episodes=0, **kwargs)
 
 
+@pytest.mark.slow
 def test_resume_through_the_trainer_is_exact(env, tmp_path):
     # 20 iterations, updates from the 4th; the observation statistics are state too.
     sac = small(env, total_timesteps=160, normalize_observations=True, reward_scale=5.0)
@@ -584,7 +588,8 @@ def test_resume_through_the_trainer_is_exact(env, tmp_path):
 # Learning
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_learns_pendulum():
     """4 seeds vmapped in one program: 3 of 4 average above -250 per episode over
     the last 1,000 of 10,000 steps (a random policy scores about -1,200). The

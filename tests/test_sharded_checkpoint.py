@@ -108,8 +108,7 @@ MESH_SCRIPT = COMMON + textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
+@pytest.mark.subprocess
 def test_checksums_over_a_mesh(tmp_path):
     """Saved over 8 devices: the checksums are those of the arrays on one device,
     and they are checked on a restore onto 8, 4 or 1 devices."""
@@ -219,8 +218,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
+@pytest.mark.subprocess
 def test_two_processes_agree_on_a_damaged_checkpoint(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

@@ -93,10 +93,8 @@ SCRIPT = PRELUDE + textwrap.dedent(
     # Seeds over devices against the one-device vmap.
     keys = jax.random.split(jax.random.key(1), 8)
     reference, _ = eqx.filter_vmap(ppo.train)(keys)
-    split_seeds = {}
     for shape, axes in (((8,), ("seeds",)), ((2, 4), ("seeds", "envs"))):
         states, metrics = eqxrl.train_seeds(ppo, keys, mesh=mesh(shape, axes))
-        split_seeds[axes] = states
         results[f"seeds {axes}"] = {
             "difference": difference(reference, states),
             "metrics_shape": list(jax.tree.leaves(metrics)[0].shape),
@@ -118,35 +116,6 @@ SCRIPT = PRELUDE + textwrap.dedent(
     results["collectives"] = sum(
         lowered.count(op) for op in ("all-reduce", "all-gather", "collective-permute")
     )
-
-    # The Trainer over a mesh: sharded checkpoints, exact resume, load on one device.
-    # Its seed 1 gives the keys above, and its chunked program computes what
-    # train_seeds computes, bit for bit. (The Trainer over an "envs" axis is
-    # checked across processes in test_distributed.py.)
-    out = sys.argv[1]
-    for axes, shape, num_seeds in ((("seeds",), (8,), 8),):
-        folder = os.path.join(out, "-".join(axes))
-        options = dict(
-            mesh=mesh(shape, axes), num_seeds=num_seeds, checkpoint_every=1,
-            verbose=False, progress=False, eval_episodes=2, gif_episodes=0,
-        )
-        whole = split_seeds[axes]
-        trainer = eqxrl.Trainer(ppo, out=folder, **options)
-        if importlib.util.find_spec("orbax") is None:  # the `test` extra has no orbax
-            try:
-                trainer.fit(1, stop_at_iteration=2)
-            except ImportError as error:
-                results[f"trainer {axes}"] = {"refused": str(error)}
-            continue
-        trainer.fit(1, stop_at_iteration=2)
-        resumed, _ = trainer.fit(1, resume=True)
-        loaded, _ = eqxrl.load_checkpoint(folder)
-        results[f"trainer {axes}"] = {
-            "checkpoints": sorted(os.listdir(os.path.join(folder, "checkpoints"))),
-            "resumed": difference(whole, resumed),
-            "loaded": difference(resumed, loaded),
-            "loaded_devices": len(jax.tree.leaves(loaded.env_state)[0].devices()),
-        }
 
     refusals = []
     for attempt in (
@@ -186,8 +155,7 @@ def run_script(script: str, tmp_path) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
+@pytest.mark.subprocess
 def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     results = run_script(SCRIPT, tmp_path)
 
@@ -213,7 +181,58 @@ def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     assert results["any vmapped"] == [True] * 8
     assert results["collectives"] == 0
 
-    trainer = results["trainer ('seeds',)"]
+    uneven, seeds, trainer_mesh, seeds_in_train = results["refusals"]
+    assert "num_envs=12 does not split evenly" in uneven
+    assert "6 runs (seeds) do not split evenly over the mesh's 4 'seeds'" in seeds
+    assert "num_envs=8 does not split evenly over the mesh's 3" in trainer_mesh
+    assert "eqxrl.train_seeds" in seeds_in_train
+
+
+# The Trainer over a "seeds" mesh: sharded checkpoints, exact resume, load on one
+# device. Its seed 1 gives the keys below, and its chunked program computes what
+# train_seeds computes, bit for bit (under XLA's default code generation: hence a
+# test of its own, in the second pass). (The Trainer over an "envs" axis is checked
+# across processes in test_distributed.py.)
+TRAINER_SCRIPT = PRELUDE + textwrap.dedent(
+    """
+    env = eqxrl.envs.make("CartPole-v1")
+    ppo = eqxrl.PPO(
+        env=env, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3,
+        normalize_observations=True, normalize_rewards=True,
+    )
+    seeds_mesh = mesh((4,), ("seeds",))
+    whole, _ = eqxrl.train_seeds(
+        ppo, jax.random.split(jax.random.key(1), 4), mesh=seeds_mesh
+    )
+    folder = os.path.join(sys.argv[1], "seeds")
+    trainer = eqxrl.Trainer(
+        ppo, out=folder, mesh=seeds_mesh, num_seeds=4, checkpoint_every=1,
+        verbose=False, progress=False, eval_episodes=2, gif_episodes=0,
+    )
+    if importlib.util.find_spec("orbax") is None:  # the `test` extra has no orbax
+        try:
+            trainer.fit(1, stop_at_iteration=2)
+        except ImportError as error:
+            results["trainer"] = {"refused": str(error)}
+    else:
+        trainer.fit(1, stop_at_iteration=2)
+        resumed, _ = trainer.fit(1, resume=True)
+        loaded, _ = eqxrl.load_checkpoint(folder)
+        results["trainer"] = {
+            "checkpoints": sorted(os.listdir(os.path.join(folder, "checkpoints"))),
+            "resumed": difference(whole, resumed),
+            "loaded": difference(resumed, loaded),
+            "loaded_devices": len(jax.tree.leaves(loaded.env_state)[0].devices()),
+        }
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.mark.subprocess
+@pytest.mark.xla_defaults
+def test_the_trainer_over_seeds_resumes_exactly_and_loads_on_one_device(tmp_path):
+    trainer = run_script(TRAINER_SCRIPT, tmp_path)["trainer"]
     if importlib.util.find_spec("orbax") is None:
         # Without orbax-checkpoint, sharded checkpoints fail naming the extra.
         assert "pip install 'eqxrl[scale]'" in trainer["refused"], trainer
@@ -223,12 +242,6 @@ def test_runs_over_devices_match_the_one_device_runs(tmp_path):
         ], trainer
         assert trainer["resumed"] == 0.0, trainer  # resuming is exact
         assert trainer["loaded"] == 0.0 and trainer["loaded_devices"] == 1, trainer
-
-    uneven, seeds, trainer_mesh, seeds_in_train = results["refusals"]
-    assert "num_envs=12 does not split evenly" in uneven
-    assert "6 runs (seeds) do not split evenly over the mesh's 4 'seeds'" in seeds
-    assert "num_envs=8 does not split evenly over the mesh's 3" in trainer_mesh
-    assert "eqxrl.train_seeds" in seeds_in_train
 
 
 # SAC's running observation statistics, and independent learners (their states
@@ -348,8 +361,7 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
+@pytest.mark.subprocess
 def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
     """SAC with `normalize_observations` over 4 devices and independent PPO,
     MAPPO and QMIX over 2 give the one-device runs; SAC's statistics are those of every
@@ -457,8 +469,7 @@ RECURRENT_SCRIPT = PRELUDE + textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-@pytest.mark.compile_bound
+@pytest.mark.subprocess
 def test_recurrent_ppo_over_devices_matches_the_one_device_run(tmp_path):
     run = run_script(RECURRENT_SCRIPT, tmp_path)["recurrent"]
     # The carries are split with the environments; each device holds 2 whole

@@ -55,7 +55,7 @@ def uniform_valid_move(observation, key, action_mask):
     return jr.categorical(key, jnp.where(action_mask, 0.0, -jnp.inf)).astype(jnp.int32)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_cnn_ppo_beats_random_play_fivefold():
     env = eqxrl.envs.Snake(height=5, width=5)
     ppo = eqxrl.PPO(
@@ -80,7 +80,7 @@ def test_cnn_ppo_beats_random_play_fivefold():
     assert metrics["invalid_action_count"].sum() == 0
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_transformer_ppo_learns_the_maze():
     """A small grid transformer finds the goal of `GridMaze-v0` (8 moves away, 50
     allowed), which random moves reach in under half of the episodes. (On Snake it

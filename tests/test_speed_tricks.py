@@ -4,6 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import pytest
 
 import eqxrl
 from eqxrl._random import permutation, split
@@ -78,6 +79,7 @@ def test_the_switch_turns_the_batch_size_hint_off_and_the_unroll_rule_off():
     assert unroll(False) == [4]
 
 
+@pytest.mark.xla_defaults
 def test_auto_reset_selects_the_reset_off_the_cpu_with_the_same_results():
     # Lazy (a conditional, the CPU's) and eager (a select every step, off the CPU):
     # the same steps, resets, final observations and truncation hook outputs.

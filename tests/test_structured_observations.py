@@ -198,7 +198,7 @@ def test_normalization_keeps_statistics_per_box_leaf(sensor_cartpole):
     assert action.shape == () and 0 <= int(action) < 2
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_ppo_learns_from_noisy_sensors_with_a_privileged_critic(sensor_cartpole):
     """The asymmetric actor-critic learns CartPole from dict observations: the
     return rises from ~20 to well above 100 on at least three seeds of four."""
@@ -332,7 +332,7 @@ def test_blackjack_tuple_observations_match_gymnasium():
     env.close()
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_one_hot_observations_let_ppo_solve_frozen_lake():
     """FrozenLake's state index one-hot encoded: PPO reaches the goal on most
     episodes of the last iterations (with the index fed as one float it did not

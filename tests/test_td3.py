@@ -264,12 +264,11 @@ def test_train_returns_metrics_per_iteration(trained):
 def test_actor_loss_of_iterations_without_an_actor_update_is_nan(env):
     # One update per iteration, a delay of 2: an actor update every other iteration.
     td3 = small(env, gradient_steps=1)
-    _, metrics = eqx.filter_jit(td3.train)(jr.key(0))
+    state, metrics = eqx.filter_jit(td3.train)(jr.key(0))
     actor_loss = np.asarray(metrics["actor_loss"])[3:]
     np.testing.assert_array_equal(np.isfinite(actor_loss), [False, True] * 3 + [False])
     assert np.isfinite(metrics["critic_loss"][3:]).all()
     # NaN by design is not divergence.
-    state, _ = eqx.filter_jit(td3.train)(jr.key(0))
     last = {name: values[-1] for name, values in metrics.items()}
     assert not bool(td3.diverged(state, last))
     broken = {**last, "critic_loss": jnp.float32(jnp.nan)}
@@ -377,6 +376,7 @@ def test_resume_through_the_trainer_is_exact(env, tmp_path):
     assert policy.observation_statistics is not None
 
 
+@pytest.mark.slow
 def test_command_line_trains_td3_and_ddpg(tmp_path, capsys):
     for name, algorithm in (("td3", eqxrl.TD3), ("ddpg", eqxrl.DDPG)):
         out = tmp_path / name
@@ -397,7 +397,8 @@ def test_command_line_trains_td3_and_ddpg(tmp_path, capsys):
 # Learning
 
 
-@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.run_bound
 def test_learns_pendulum():
     """4 seeds vmapped in one program: 3 of 4 average above -250 per episode over
     the last 2,000 of 20,000 steps (a random policy scores about -1,200). The

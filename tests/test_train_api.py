@@ -46,6 +46,7 @@ def test_one_call_train_returns_policy_state_metrics():
     )
 
 
+@pytest.mark.slow
 def test_one_call_train_with_a_recurrent_network_steps_with_a_carry():
     result = eqxrl.train(
         "StatelessCartPole-v1",

@@ -211,6 +211,7 @@ def _reference_loss(algorithm, agents, target_agents, mixer, target_mixer, data)
     return np.mean(losses)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm_class", [VDN, QMIX])
 def test_double_q_team_target_matches_numpy(algorithm_class):
     env = MaskedTeam(declare_state=True)
@@ -340,7 +341,9 @@ def test_replay_rows_hold_the_global_state_of_their_own_step():
 
 
 def test_unshared_agents_are_stacked_and_each_trained():
-    vdn = VDN(tiny_dqn(), share_parameters=False)
+    # test_masked_actions_are_never_taken's VDN (the global state declared): its
+    # compiled `train`.
+    vdn = VDN(tiny_dqn(MaskedTeam(declare_state=True)), share_parameters=False)
     initial = vdn.init(jr.key(0))
     state, _ = vdn.train(jr.key(0))
     weights = state.agents.layers[0].weight
@@ -351,10 +354,19 @@ def test_unshared_agents_are_stacked_and_each_trained():
         assert not np.allclose(weights[agent], before[agent])
 
 
+@eqx.filter_jit
+@eqx.debug.assert_max_traces(max_traces=1)
+def train_seeds(algorithm, keys):
+    """`algorithm.train` vmapped over seeds in one compiled program, traced once
+    for every config that differs only in array leaves (the two tests below
+    share it)."""
+    return eqx.filter_vmap(algorithm.train)(keys)
+
+
 def test_train_vmaps_over_seeds():
     qmix = QMIX(tiny_dqn(MaskedTeam(declare_state=True)))
     keys = jr.split(jr.key(0), 2)
-    states, metrics = eqx.filter_jit(eqx.filter_vmap(qmix.train))(keys)
+    states, metrics = train_seeds(qmix, keys)
     assert metrics["loss"].shape == (2, qmix.num_iterations)
     assert metrics["episode_return"].shape == (2, qmix.num_iterations, 2)
     assert np.isfinite(np.asarray(metrics["loss"])[:, -1]).all()
@@ -363,19 +375,15 @@ def test_train_vmaps_over_seeds():
 
 def test_sweepable_numbers_reuse_the_compiled_run():
     """`gamma`, the learning rate and the mixer's `init_scale` are array leaves:
-    a config that changes only them (or the key) reuses the compiled `train`."""
-
-    @eqx.filter_jit
-    @eqx.debug.assert_max_traces(max_traces=1)
-    def train(algorithm, key):
-        return algorithm.train(key)
-
+    a config that changes only them (or the key) reuses the compiled `train` (here
+    vmapped over seeds: test_train_vmaps_over_seeds's program, which
+    `train_seeds` allows to be traced once in all)."""
     env = MaskedTeam(declare_state=True)
     first = QMIX(tiny_dqn(env))
     second = QMIX(tiny_dqn(env, gamma=0.5, learning_rate=1e-3), init_scale=0.01)
-    _, metrics = train(first, jr.key(0))
-    _, other = train(second, jr.key(1))
-    assert not np.allclose(metrics["q_value"][-1], other["q_value"][-1])
+    _, metrics = train_seeds(first, jr.split(jr.key(0), 2))
+    _, other = train_seeds(second, jr.split(jr.key(1), 2))
+    assert not np.allclose(metrics["q_value"][:, -1], other["q_value"][:, -1])
 
 
 def test_refusals_explain_the_fix():
@@ -426,7 +434,7 @@ def test_the_team_replay_keeps_truncations_as_its_algorithm_says(
 # ----------------------------------------------------------------- learning
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("algorithm_class", [VDN, QMIX])
 def test_team_return_grows_on_treasure_hunt(algorithm_class):
     """40k world steps on Treasure Hunt (16 worlds, episodes of 100 turns): the
@@ -499,7 +507,6 @@ def quiet_trainer(algorithm, out) -> eqxrl.Trainer:
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 @pytest.mark.parametrize(
     ("algorithm_class", "share_parameters", "recurrent"),
     [(QMIX, True, False), (VDN, False, False), (QMIX, True, True)],
@@ -542,7 +549,6 @@ def test_resumes_exactly_through_the_trainer(
 
 
 @pytest.mark.slow
-@pytest.mark.compile_bound
 @pytest.mark.parametrize(("mixer", "algorithm_class"), [("vdn", VDN), ("qmix", QMIX)])
 def test_the_command_line_trains_a_team(tmp_path, capsys, mixer, algorithm_class):
     """`eqxrl train TreasureHunt-v0 --algo dqn --mixer vdn|qmix` (for VDN, from a
@@ -554,6 +560,9 @@ def test_the_command_line_trains_a_team(tmp_path, capsys, mixer, algorithm_class
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY_TEAM.items()]
     flags = [flag.replace("(16,)", "16") for flag in flags]
     flags += [f"--env-option={k}={v}" for k, v in WORLD.items()]
+    # quiet_trainer's chunks and evaluations: VDN's programs are then those of
+    # test_resumes_exactly_through_the_trainer[vdn-own].
+    flags += ["--chunk-size=2", "--checkpoint-every=2", "--eval-episodes=2"]
     if algorithm_class is QMIX:
         share = ["--share-parameters"]
         run = ["--algo", "dqn", "--mixer", mixer, *share]

@@ -132,6 +132,7 @@ def test_vmapped_auto_reset_resets_only_the_ended_episodes():
     assert (np.asarray(next_states.episode_length)[~done] == 1).all()
 
 
+@pytest.mark.slow
 def test_auto_reset_under_vmap_resets_lazily():
     """Vmapped over seeds of vmapped environments, each member steps as it would
     alone (resetting only its own ended episodes), and the resets stay behind one

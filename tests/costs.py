@@ -1,0 +1,55 @@
+"""What a test run cost: the slowest tests and the worker-seconds per test file.
+
+`make test` runs the suite in two passes, each appending every test's seconds (setup,
+call and teardown summed) to one file (`EQXRL_TEST_COSTS`, see `tests/conftest.py`);
+this script reports them together:
+
+    python tests/costs.py .venv/test-costs.jsonl
+
+Keep `tests/README.md`'s budget table current with its per-file lines.
+"""
+
+import argparse
+import collections
+import json
+from collections.abc import Mapping
+
+
+def per_file_lines(seconds: Mapping[str, float]) -> list[str]:
+    """One line per test file, most expensive first, then the total: worker-seconds
+    and the number of tests (`seconds` maps pytest node ids to seconds)."""
+    file_seconds: dict[str, float] = collections.defaultdict(float)
+    file_tests: dict[str, int] = collections.defaultdict(int)
+    for nodeid, duration in seconds.items():
+        path = nodeid.split("::")[0]
+        file_seconds[path] += duration
+        file_tests[path] += 1
+    lines = [
+        f"{file_seconds[path]:8.1f} s {file_tests[path]:5d} tests  {path}"
+        for path in sorted(file_seconds, key=file_seconds.__getitem__, reverse=True)
+    ]
+    total = sum(file_seconds.values())
+    lines.append(f"{total:8.1f} s {sum(file_tests.values()):5d} tests  in all")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("costs", help="the JSON-lines file the test passes wrote")
+    parser.add_argument("--slowest", type=int, default=20)
+    options = parser.parse_args(argv)
+    seconds: dict[str, float] = collections.defaultdict(float)
+    with open(options.costs) as file:
+        for line in file:
+            record = json.loads(line)
+            seconds[record["test"]] += record["seconds"]
+    print(f"== the {options.slowest} slowest tests (seconds)")
+    slowest = sorted(seconds, key=seconds.__getitem__, reverse=True)
+    for nodeid in slowest[: options.slowest]:
+        print(f"{seconds[nodeid]:8.1f} s  {nodeid}")
+    print("== worker-seconds per test file")
+    print("\n".join(per_file_lines(seconds)))
+
+
+if __name__ == "__main__":
+    main()
