@@ -58,9 +58,9 @@ docs-serve: $(VENV)/.installed-dev
 # both cores of a 2-core machine busy. Two passes:
 # - the first, every test but the `run_bound` and `xla_defaults` ones, is mostly
 #   XLA compiling small programs that then run for milliseconds, so it trades run
-#   speed for compile speed: LLVM without optimization (`--xla_backend_optimization_level=0`: PPO's
-#   CartPole program compiles 3x faster, DQN's 4x) and XLA's CPU fusion emitters off
-#   (a third faster again). Each option is passed only where a probe with it runs
+#   speed for compile speed: LLVM without optimization
+#   (`--xla_backend_optimization_level=0`: PPO's CartPole program compiles 3x
+#   faster, DQN's 4x) and XLA's CPU fusion emitters off (a third faster again). Each option is passed only where a probe with it runs
 #   (jax 0.11 and newer reject the second, fatally), so the same command works with
 #   every JAX. (`echo` without quotes joins the options with no stray space: XLA
 #   reads an XLA_FLAGS of " " as a file name, fatally.)

@@ -57,6 +57,16 @@ def pytest_collection_modifyitems(items):
     )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def release_compiled_programs():
+    """Each test module's compiled programs are released when it ends. A test
+    process runs hundreds of modules, and their compiled code otherwise stays: 7 GB
+    per process by the end of `make test`'s first pass (where one test process
+    crashed inside XLA's compiler). Tests that share a program are in one module."""
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture(autouse=True)
 def strict_dtype_promotion(request):
     """Strict dtype promotion, except in modules that run optax's Adam: its bias
