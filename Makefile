@@ -68,7 +68,10 @@ docs-serve: $(VENV)/.installed-dev
 #   learning runs, whose code runs 2-3x slower unoptimized) and the `xla_defaults`
 #   ones (floats compared bit for bit, whose last bits LLVM without optimization
 #   computes otherwise).
-# Both append each test's seconds to $(TEST_COSTS), and `make test` ends with the
+# Each test file runs whole in one process (`--dist loadfile`): the tests of a file
+# share its compiled programs, and each file's programs are released when it ends
+# (tests/conftest.py), which a file split between the processes would undo. Both
+# passes append each test's seconds to $(TEST_COSTS), and `make test` ends with the
 # slowest tests and the cost of each file (tests/costs.py). See tests/README.md.
 FAST_COMPILE := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false
 KNOWN_FAST_COMPILE = $$(for option in $(FAST_COMPILE); do \
@@ -83,7 +86,7 @@ TEST_CACHE := JAX_COMPILATION_CACHE_DIR="$${XDG_CACHE_HOME:-$$HOME/.cache}/eqxrl
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 endif
 PYTEST := $(TEST_CACHE) EQXRL_TEST_COSTS=$(TEST_COSTS) $(BIN)/python -m pytest \
-	-n 2 --dist worksteal
+	-n 2 --dist loadfile
 FAST_COMPILE_PYTEST = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(PYTEST)
 PRINT_VERSIONS := $(BIN)/python -c \
 	"import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"

@@ -49,9 +49,10 @@ SLOW_MARKERS = ("run_bound", "subprocess", "benchmark", "learning", "slow")
 
 
 def pytest_collection_modifyitems(items):
-    """Slow tests first: with `pytest -n 2`, a long test that starts last keeps one
-    worker busy while the other idles, so the suite's wall time is best when the
-    short tests come at the end."""
+    """Slow tests first (and with `--dist loadfile`, the files that hold them): with
+    `pytest -n 2`, a long test that starts last keeps one worker busy while the
+    other idles, so the suite's wall time is best when the short tests come at the
+    end."""
     items.sort(
         key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS)
     )
@@ -62,7 +63,9 @@ def release_compiled_programs():
     """Each test module's compiled programs are released when it ends. A test
     process runs hundreds of modules, and their compiled code otherwise stays: 7 GB
     per process by the end of `make test`'s first pass (where one test process
-    crashed inside XLA's compiler). Tests that share a program are in one module."""
+    crashed inside XLA's compiler). Tests that share a program are in one module,
+    and `make test` runs each module whole in one process (`--dist loadfile`): a
+    module split between processes would be released and compiled again."""
     yield
     jax.clear_caches()
 
