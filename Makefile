@@ -86,7 +86,7 @@ TEST_CACHE := JAX_COMPILATION_CACHE_DIR="$${XDG_CACHE_HOME:-$$HOME/.cache}/eqxrl
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 endif
 PYTEST := $(TEST_CACHE) EQXRL_TEST_COSTS=$(TEST_COSTS) $(BIN)/python -m pytest \
-	-n 2 --dist loadfile
+	-n 2 --dist loadfile --no-loadscope-reorder
 FAST_COMPILE_PYTEST = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(PYTEST)
 PRINT_VERSIONS := $(BIN)/python -c \
 	"import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"

@@ -49,13 +49,20 @@ SLOW_MARKERS = ("run_bound", "subprocess", "benchmark", "learning", "slow")
 
 
 def pytest_collection_modifyitems(items):
-    """Slow tests first (and with `--dist loadfile`, the files that hold them): with
-    `pytest -n 2`, a long test that starts last keeps one worker busy while the
-    other idles, so the suite's wall time is best when the short tests come at the
-    end."""
-    items.sort(
-        key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS)
-    )
+    """The longest test files first, and in each file its slow tests first. `make
+    test` runs each file whole in one process (`pytest -n 2 --dist loadfile
+    --no-loadscope-reorder`, which keeps this order); a long file that starts last
+    keeps one process busy while the other idles, so the suite's wall time is best
+    when the short files come at the end. A file's length is its current cost in
+    `tests/README.md`'s budget table."""
+    file_costs = costs.budget_table_costs()
+
+    def order(item):
+        file_cost = file_costs.get(item.path.name, 0.0)
+        fast = not any(item.get_closest_marker(m) for m in SLOW_MARKERS)
+        return -file_cost, item.path.name, fast
+
+    items.sort(key=order)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -12,7 +12,11 @@ Keep `tests/README.md`'s budget table current with its per-file lines.
 import argparse
 import collections
 import json
+import re
 from collections.abc import Mapping
+from pathlib import Path
+
+README = Path(__file__).parent / "README.md"
 
 
 def per_file_lines(seconds: Mapping[str, float]) -> list[str]:
@@ -31,6 +35,18 @@ def per_file_lines(seconds: Mapping[str, float]) -> list[str]:
     total = sum(file_seconds.values())
     lines.append(f"{total:8.1f} s {sum(file_tests.values()):5d} tests  in all")
     return lines
+
+
+def budget_table_costs(readme: Path = README) -> dict[str, float]:
+    """Each test file's current worker-seconds, as `tests/README.md`'s budget table
+    records them (`{"test_ppo.py": 53.5, ...}`): what `conftest.py` orders the files
+    by, so that the longest start first."""
+    row = re.compile(r"^\| `(test_\w+\.py)` \|[^|]*\|[^|]*\| ([\d,.]+) \|$")
+    return {
+        match.group(1): float(match.group(2).replace(",", ""))
+        for match in map(row.match, readme.read_text().splitlines())
+        if match
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -192,3 +192,15 @@ def test_no_import_cycles():
     assert "eqxrl.envs.builtin" in graph["eqxrl.envs"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_every_test_file_has_a_row_in_the_budget_table():
+    """`tests/README.md`'s budget table lists every test file (and nothing else):
+    `conftest.py` starts the files in the order of its costs, and a file it does
+    not know starts last, however long it is."""
+    import costs
+
+    tests = Path(__file__).parent
+    assert set(costs.budget_table_costs()) == {
+        path.name for path in tests.glob("test_*.py")
+    }
