@@ -109,13 +109,14 @@ FULL = {
     "wide_envs": 512,
     "brax_eval_episodes": 16,
     "pqn_headline_steps": 500_000,
+    "profile_iterations": 8,
 }
 SMOKE = {
     "pairs": 1,
     "ppo_timesteps": 1024,
     "headline_seeds": 4,
     "headline_timesteps": 1024,
-    "snake_envs": (8, 16),
+    "snake_envs": (8,),  # one program: a second count only changes sizes
     "snake_steps": 8,
     "dqn_steps": 200,
     "iqn_steps": 200,
@@ -126,6 +127,8 @@ SMOKE = {
     "wide_envs": 8,
     "brax_eval_episodes": 2,
     "pqn_headline_steps": 16_384,  # one chunk of time_to_greedy
+    # The profiles trace the programs already timed (2 iterations): no new compile.
+    "profile_iterations": 2,
 }
 ROWS = (
     "ppo_cartpole",
@@ -441,7 +444,7 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
             sizes["headline_seeds"],
         ),
     ):
-        ours = eqxrl_ppo(timesteps, seeds)
+        ours = plain = eqxrl_ppo(timesteps, seeds)
         peer = None if why else purejaxrl_ppo(options.purejaxrl, timesteps, seeds)
         row = {
             "row": "ppo_cartpole",
@@ -489,11 +492,11 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
                 )
         if options.profile:
             # A few iterations of each side, traced: where the time goes.
-            short = 8 * 4 * 128
+            iterations = sizes["profile_iterations"]
+            short = iterations * 4 * 128
+            traced = plain if short == timesteps else eqxrl_ppo(short, seeds)
             profiles = {
-                "eqxrl": kernel_profile(
-                    eqxrl_ppo(short, seeds), options.out / f"hlo_eqxrl_{seeds}.txt"
-                )
+                "eqxrl": kernel_profile(traced, options.out / f"hlo_eqxrl_{seeds}.txt")
             }
             if peer is not None:
                 profiles["PureJaxRL"] = kernel_profile(
@@ -504,7 +507,7 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
                 {
                     **row,
                     "row": "profile",
-                    "program": f"{label}, 8 iterations traced",
+                    "program": f"{label}, {iterations} iterations traced",
                     "profiles": profiles,
                 }
             )
@@ -655,10 +658,15 @@ def row_treasure_hunt(sizes: dict, options) -> list[dict]:
     why = missing("sorrel", "torch")
     results = []
     env = eqxrl.envs.make("TreasureHunt-v0")
-    for worlds, epochs in (
+    programs = (
         (1, sizes["treasure_epochs"]),
         (sizes["treasure_worlds"], sizes["treasure_world_epochs"]),
-    ):
+    )
+    if sizes["smoke"]:
+        # The code path; one world only changes sizes (multiagent.py's smoke run
+        # trains Sorrel's one-world experiment).
+        programs = programs[1:]
+    for worlds, epochs in programs:
         learners = eqxrl.multiagent.sorrel_iqn(env, num_epochs=epochs, num_envs=worlds)
         ours = eqxrl_train(learners, worlds * epochs)
         peer = sorrel_program(sizes["sorrel_epochs"]) if why is None else None

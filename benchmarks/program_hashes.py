@@ -11,7 +11,9 @@ feed-forward PQN on CartPole-v1, SAC and TD3 on Pendulum-v1, GRU PPO on
 StatelessCartPole-v1, MAPPO (feed-forward; GRU with per-agent critics), VDN and QMIX
 (feed-forward; GRU agents) on TreasureHunt-v0, and the evaluation program of a PPO
 policy.
-Hashes depend on the jax version: compare on one venv.
+Hashes depend on the jax version: compare on one venv. `--configs NAME ...` hashes
+those configurations alone (the evaluation program always); every configuration is
+still built, so a constructor that no longer accepts its arguments fails the run.
 """
 
 import argparse
@@ -120,11 +122,13 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def hashes() -> dict[str, str]:
+def hashes(names: list[str]) -> dict[str, str]:
     key = jr.key(0)
     found = {}
     for name, build in CONFIGS.items():
-        found[name] = digest(build().lower(key).as_text())
+        algorithm = build()
+        if name in names:
+            found[name] = digest(algorithm.lower(key).as_text())
     ppo = CONFIGS["ppo_cartpole"]()
     policy = ppo.policy(ppo.init(key), deterministic=True)
     lowered = jax.jit(
@@ -139,8 +143,17 @@ def main() -> None:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--save", metavar="FILE")
     group.add_argument("--compare", metavar="FILE")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        default=list(CONFIGS),
+        metavar="NAME",
+        help="hash these configurations alone (default: all; the test suite's smoke "
+        "run lowers one, the others' programs are built by their own tests)",
+    )
     arguments = parser.parse_args()
-    found = hashes()
+    found = hashes(arguments.configs)
     for name, value in found.items():
         print(f"{name:36s} {value}")
     print(f"{len(found)} programs hashed")
