@@ -83,36 +83,46 @@ def test_import_leaves_jax_out():
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.subprocess
-@pytest.mark.parametrize("case", [feed_forward, gru], ids=["feed_forward", "gru"])
-def test_onnx_policy_reproduces_eqxrl(case, tmp_path):
-    """Five steps of a batch of 8 (and of its first row alone, unbatched) through
-    `OnnxPolicy` in a fresh interpreter without JAX, against eqxrl's actions."""
+CASES = {"feed_forward": feed_forward, "gru": gru}
+
+
+@pytest.fixture(scope="module")
+def onnx_runs(tmp_path_factory):
+    """Each case's policy exported, and five steps of a batch of 8 (and of its first
+    row alone, unbatched) through `OnnxPolicy`, every case in one fresh interpreter
+    without JAX (an interpreter costs seconds): per case, the policy, its
+    environment, the observations and the folder that holds what `OnnxPolicy`
+    did."""
     needs_onnx()
-    policy, env = case()
-    path = tmp_path / "policy.onnx"
-    eqxrl.export_policy(policy, path, "onnx", env=env)
-    observations = np.asarray(
-        jax.vmap(env.observation_space.sample)(jr.split(jr.key(4), 5 * 8))
-    ).reshape(5, 8, -1)
-    np.save(tmp_path / "observations.npy", observations)
+    runs = {}
+    for name, case in CASES.items():
+        folder = tmp_path_factory.mktemp(name)
+        policy, env = case()
+        eqxrl.export_policy(policy, folder / "policy.onnx", "onnx", env=env)
+        observations = np.asarray(
+            jax.vmap(env.observation_space.sample)(jr.split(jr.key(4), 5 * 8))
+        ).reshape(5, 8, -1)
+        np.save(folder / "observations.npy", observations)
+        runs[name] = (policy, env, observations, folder)
     script = textwrap.dedent(
         f"""
         import sys
+        from pathlib import Path
         import numpy as np
         import eqxrl_deploy
-        observations = np.load({str(tmp_path / "observations.npy")!r})
-        batched = eqxrl_deploy.OnnxPolicy({str(path)!r})
-        batched.reset(batch_size=len(observations[0]))
-        single = eqxrl_deploy.OnnxPolicy({str(path)!r})
-        single.reset()
-        actions, first = [], []
-        for observation in observations:
-            actions.append(batched(observation))
-            first.append(single(observation[0]))
-        np.save({str(tmp_path / "actions.npy")!r}, np.stack(actions))
-        np.save({str(tmp_path / "first.npy")!r}, np.stack(first))
-        np.savez({str(tmp_path / "carry.npz")!r}, **batched.carry)
+        for folder in map(Path, {[str(run[-1]) for run in runs.values()]!r}):
+            observations = np.load(folder / "observations.npy")
+            batched = eqxrl_deploy.OnnxPolicy(folder / "policy.onnx")
+            batched.reset(batch_size=len(observations[0]))
+            single = eqxrl_deploy.OnnxPolicy(folder / "policy.onnx")
+            single.reset()
+            actions, first = [], []
+            for observation in observations:
+                actions.append(batched(observation))
+                first.append(single(observation[0]))
+            np.save(folder / "actions.npy", np.stack(actions))
+            np.save(folder / "first.npy", np.stack(first))
+            np.savez(folder / "carry.npz", **batched.carry)
         assert "jax" not in sys.modules and "eqxrl" not in sys.modules
         """
     )
@@ -120,18 +130,27 @@ def test_onnx_policy_reproduces_eqxrl(case, tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
+    return runs
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", list(CASES))
+def test_onnx_policy_reproduces_eqxrl(name, onnx_runs):
+    """Five steps of a batch of 8 (and of its first row alone, unbatched) through
+    `OnnxPolicy` in a fresh interpreter without JAX, against eqxrl's actions."""
+    policy, env, observations, folder = onnx_runs[name]
     expected, carry = eqxrl_actions(policy, env, observations)
-    actions = np.load(tmp_path / "actions.npy")
-    first = np.load(tmp_path / "first.npy")
+    actions = np.load(folder / "actions.npy")
+    first = np.load(folder / "first.npy")
     assert actions.shape == expected.shape
     assert first.shape == expected[:, 0].shape
     np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(first, expected[:, 0], rtol=1e-5, atol=1e-5)
     # The carry kept after five steps is eqxrl's (none for a feed-forward policy).
-    kept = dict(np.load(tmp_path / "carry.npz"))
+    kept = dict(np.load(folder / "carry.npz"))
     assert len(kept) == len(jax.tree.leaves(carry))
-    for name, leaf in zip(sorted(kept), jax.tree.leaves(carry)):
-        np.testing.assert_allclose(kept[name], leaf, rtol=1e-5, atol=1e-5)
+    for carry_name, leaf in zip(sorted(kept), jax.tree.leaves(carry)):
+        np.testing.assert_allclose(kept[carry_name], leaf, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -4,8 +4,9 @@ statistics, independent learners and QMIX's joint replay buffer included); runs
 split over `"seeds"` (`train_seeds`) give the runs of the one-device vmap without
 communicating; the Trainer over a mesh writes sharded checkpoints that resume
 exactly and load on one device. Devices are simulated
-(`--xla_force_host_platform_device_count=8`) in a subprocess, so the rest of the
-suite keeps its one CPU device."""
+(`--xla_force_host_platform_device_count`, 4 of them: enough to split over two axes
+of 2) in subprocesses, so the rest of the suite keeps its one CPU device. The
+first-pass checks share one subprocess: a fresh interpreter costs seconds."""
 
 import importlib.util
 import json
@@ -23,13 +24,15 @@ import eqxrl
 # optax.adam computes `b1 ** count` with an int32 count.
 STANDARD_DTYPE_PROMOTION = True
 
-# What every script below starts with: simulated devices, and how to compare and
+# What every script below starts with: simulated devices (added to the caller's
+# XLA flags, which the first pass sets for fast compiles), and how to compare and
 # describe the states it trains.
 PRELUDE = textwrap.dedent(
     """
     import importlib.util, json, os, sys
     os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={int(sys.argv[2])}"
     )
     import jax, jax.numpy as jnp, numpy as np, equinox as eqx
     import eqxrl
@@ -58,16 +61,17 @@ PRELUDE = textwrap.dedent(
     """
 )
 
-SCRIPT = PRELUDE + textwrap.dedent(
+# Each part below adds to `results`; the first-pass parts run in one subprocess.
+ENVS_AND_SEEDS = textwrap.dedent(
     """
     env = eqxrl.envs.make("CartPole-v1")
     value_based = dict(
         num_envs=8, total_timesteps=8 * 40, learning_starts=8 * 10,
-        buffer_size=160, batch_size=16,
+        buffer_size=160, batch_size=16, hidden_sizes=(16,),
     )
     ppo = eqxrl.PPO(
         env=env, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3,
-        normalize_observations=True, normalize_rewards=True,
+        hidden_sizes=(16,), normalize_observations=True, normalize_rewards=True,
     )
     dqn = eqxrl.DQN(env=env, **value_based)
     pqn = eqxrl.PQN(
@@ -75,10 +79,10 @@ SCRIPT = PRELUDE + textwrap.dedent(
         num_minibatches=4, hidden_sizes=(16,),
     )
 
-    # Environments over 8 and 2 devices against one device (IQN's replay buffer is
+    # Environments over 4 and 2 devices against one device (IQN's replay buffer is
     # DQN's: `AbstractQLearning.environment_axes`).
     for name, algorithm, device_counts in (
-        ("PPO", ppo, (8,)), ("DQN", dqn, (2,)), ("PQN", pqn, (2,))
+        ("PPO", ppo, (4,)), ("DQN", dqn, (2,)), ("PQN", pqn, (2,))
     ):
         reference, _ = algorithm.train(jax.random.key(0))
         for devices in device_counts:
@@ -91,9 +95,9 @@ SCRIPT = PRELUDE + textwrap.dedent(
             }
 
     # Seeds over devices against the one-device vmap.
-    keys = jax.random.split(jax.random.key(1), 8)
+    keys = jax.random.split(jax.random.key(1), 4)
     reference, _ = eqx.filter_vmap(ppo.train)(keys)
-    for shape, axes in (((8,), ("seeds",)), ((2, 4), ("seeds", "envs"))):
+    for shape, axes in (((4,), ("seeds",)), ((2, 2), ("seeds", "envs"))):
         states, metrics = eqxrl.train_seeds(ppo, keys, mesh=mesh(shape, axes))
         results[f"seeds {axes}"] = {
             "difference": difference(reference, states),
@@ -103,11 +107,11 @@ SCRIPT = PRELUDE + textwrap.dedent(
 
     # No communication between runs split over "seeds": "did any episode end"
     # is reduced over each device's own runs.
-    flags = jnp.asarray([True] + [False] * 7)
+    flags = jnp.asarray([True] + [False] * 3)
     def any_ended(flag):
         return eqxrl.envs.any_in_vmapped_batch(flag)
     over_seeds = eqxrl.algorithms.vmap_over_seeds
-    split = over_seeds(any_ended, mesh((8,), ("seeds",)), in_axes=(0,))
+    split = over_seeds(any_ended, mesh((4,), ("seeds",)), in_axes=(0,))
     lowered = jax.jit(split).lower(flags).compile().as_text()
     results["any per device"] = [bool(x) for x in split(flags)]
     results["any vmapped"] = [
@@ -119,13 +123,13 @@ SCRIPT = PRELUDE + textwrap.dedent(
 
     refusals = []
     for attempt in (
-        lambda: eqxrl.PPO(env=env, num_envs=12, num_steps=8, total_timesteps=96).train(
-            jax.random.key(0), mesh=mesh((8,), ("envs",))
+        lambda: eqxrl.PPO(env=env, num_envs=6, num_steps=8, total_timesteps=48).train(
+            jax.random.key(0), mesh=mesh((4,), ("envs",))
         ),
         lambda: eqxrl.train_seeds(ppo, jax.random.split(jax.random.key(0), 6),
                                   mesh=mesh((4,), ("seeds",))),
         lambda: eqxrl.Trainer(ppo, mesh=mesh((3,), ("envs",))),
-        lambda: ppo.train(jax.random.key(0), mesh=mesh((2, 4), ("seeds", "envs"))),
+        lambda: ppo.train(jax.random.key(0), mesh=mesh((2, 2), ("seeds", "envs"))),
     ):
         try:
             attempt()
@@ -133,19 +137,18 @@ SCRIPT = PRELUDE + textwrap.dedent(
         except ValueError as error:
             refusals.append(str(error))
     results["refusals"] = refusals
-    print(json.dumps(results))
     """
 )
 
 
-def run_script(script: str, tmp_path) -> dict:
-    """Run `script` in a process of its own (8 simulated CPU devices); the JSON
-    object its last line prints."""
+def run_script(script: str, tmp_path, devices: int) -> dict:
+    """Run `script` in a process of its own (`devices` simulated CPU devices); the
+    JSON object its last line prints."""
     path = tmp_path / "sharded.py"
     path.write_text(script)
     environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
     result = subprocess.run(
-        [sys.executable, str(path), str(tmp_path / "runs")],
+        [sys.executable, str(path), str(tmp_path / "runs"), str(devices)],
         capture_output=True,
         text=True,
         timeout=500,
@@ -155,11 +158,19 @@ def run_script(script: str, tmp_path) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.subprocess
-def test_runs_over_devices_match_the_one_device_runs(tmp_path):
-    results = run_script(SCRIPT, tmp_path)
+@pytest.fixture(scope="module")
+def first_pass_results(tmp_path_factory) -> dict:
+    """What the first-pass scripts found, run in one subprocess."""
+    script = PRELUDE + ENVS_AND_SEEDS + SAC_AND_INDEPENDENT + RECURRENT
+    script += "print(json.dumps(results))\n"
+    return run_script(script, tmp_path_factory.mktemp("sharding"), devices=4)
 
-    for name in ("PPO 8", "DQN 2", "PQN 2"):
+
+@pytest.mark.subprocess
+def test_runs_over_devices_match_the_one_device_runs(first_pass_results):
+    results = first_pass_results
+
+    for name in ("PPO 4", "DQN 2", "PQN 2"):
         run = results[f"envs {name}"]
         # Environments are split over the devices, the network is on every one.
         assert run["env_spec"] == "('envs',)", (name, run)
@@ -170,19 +181,19 @@ def test_runs_over_devices_match_the_one_device_runs(tmp_path):
     seeds = results["seeds ('seeds',)"]
     assert seeds["env_spec"] == "('seeds',)", seeds
     assert seeds["difference"] < 1e-4, seeds
-    assert seeds["metrics_shape"] == [8, 3], seeds
+    assert seeds["metrics_shape"] == [4, 3], seeds
     both = results["seeds ('seeds', 'envs')"]
     assert both["env_spec"] == "('seeds', 'envs')", both
     assert both["difference"] < 1e-4, both
 
     # Under shard_map only the device that holds the ended episode sees it; a
     # plain vmap reduces over every run.
-    assert results["any per device"] == [True] + [False] * 7
-    assert results["any vmapped"] == [True] * 8
+    assert results["any per device"] == [True] + [False] * 3
+    assert results["any vmapped"] == [True] * 4
     assert results["collectives"] == 0
 
     uneven, seeds, trainer_mesh, seeds_in_train = results["refusals"]
-    assert "num_envs=12 does not split evenly" in uneven
+    assert "num_envs=6 does not split evenly" in uneven
     assert "6 runs (seeds) do not split evenly over the mesh's 4 'seeds'" in seeds
     assert "num_envs=8 does not split evenly over the mesh's 3" in trainer_mesh
     assert "eqxrl.train_seeds" in seeds_in_train
@@ -197,17 +208,18 @@ TRAINER_SCRIPT = PRELUDE + textwrap.dedent(
     """
     env = eqxrl.envs.make("CartPole-v1")
     ppo = eqxrl.PPO(
-        env=env, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3,
-        normalize_observations=True, normalize_rewards=True,
+        env=env, num_envs=4, num_steps=8, total_timesteps=4 * 8 * 3,
+        hidden_sizes=(16,), normalize_observations=True, normalize_rewards=True,
     )
-    seeds_mesh = mesh((4,), ("seeds",))
+    seeds_mesh = mesh((2,), ("seeds",))
     whole, _ = eqxrl.train_seeds(
-        ppo, jax.random.split(jax.random.key(1), 4), mesh=seeds_mesh
+        ppo, jax.random.split(jax.random.key(1), 2), mesh=seeds_mesh
     )
     folder = os.path.join(sys.argv[1], "seeds")
+    # No evaluation: one program fewer to compile, and not what is checked here.
     trainer = eqxrl.Trainer(
-        ppo, out=folder, mesh=seeds_mesh, num_seeds=4, checkpoint_every=1,
-        verbose=False, progress=False, eval_episodes=2, gif_episodes=0,
+        ppo, out=folder, mesh=seeds_mesh, num_seeds=2, checkpoint_every=1,
+        verbose=False, progress=False, eval_episodes=0, gif_episodes=0,
     )
     if importlib.util.find_spec("orbax") is None:  # the `test` extra has no orbax
         try:
@@ -232,7 +244,7 @@ TRAINER_SCRIPT = PRELUDE + textwrap.dedent(
 @pytest.mark.subprocess
 @pytest.mark.xla_defaults
 def test_the_trainer_over_seeds_resumes_exactly_and_loads_on_one_device(tmp_path):
-    trainer = run_script(TRAINER_SCRIPT, tmp_path)["trainer"]
+    trainer = run_script(TRAINER_SCRIPT, tmp_path, devices=2)["trainer"]
     if importlib.util.find_spec("orbax") is None:
         # Without orbax-checkpoint, sharded checkpoints fail naming the extra.
         assert "pip install 'eqxrl[scale]'" in trainer["refused"], trainer
@@ -246,7 +258,7 @@ def test_the_trainer_over_seeds_resumes_exactly_and_loads_on_one_device(tmp_path
 
 # SAC's running observation statistics, and independent learners (their states
 # stacked on an agent axis, the worlds outside them), over an "envs" axis.
-SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
+SAC_AND_INDEPENDENT = textwrap.dedent(
     """
     def agent(tree, index):
         return jax.tree.map(lambda x: x[index] if eqx.is_array(x) else x, tree)
@@ -356,17 +368,16 @@ SAC_AND_INDEPENDENT_SCRIPT = PRELUDE + textwrap.dedent(
         "buffer_spec": spec(state.buffer.transitions),
         "weight_spec": spec(eqx.filter((state.agents, state.mixer), eqx.is_array)),
     }
-    print(json.dumps(results))
     """
 )
 
 
 @pytest.mark.subprocess
-def test_normalized_sac_and_independent_learners_over_devices(tmp_path):
+def test_normalized_sac_and_independent_learners_over_devices(first_pass_results):
     """SAC with `normalize_observations` over 4 devices and independent PPO,
     MAPPO and QMIX over 2 give the one-device runs; SAC's statistics are those of every
     environment's observations, not of one device's."""
-    results = run_script(SAC_AND_INDEPENDENT_SCRIPT, tmp_path)
+    results = first_pass_results
 
     sac = results["SAC"]
     assert sac["env_spec"] == "('envs',)", sac
@@ -432,7 +443,7 @@ def test_train_seeds_needs_one_key_per_run():
 # A recurrent network over an "envs" axis: each device holds whole sequences (its
 # environments' carries and rollout columns); minibatches of sequences gather
 # environments from every device.
-RECURRENT_SCRIPT = PRELUDE + textwrap.dedent(
+RECURRENT = textwrap.dedent(
     """
     import functools
     from eqxrl.nn import GRUActorCritic
@@ -464,14 +475,13 @@ RECURRENT_SCRIPT = PRELUDE + textwrap.dedent(
         "env_spec": spec(state.env_state),
         "weight_spec": spec(eqx.filter(state.model, eqx.is_array)),
     }
-    print(json.dumps(results))
     """
 )
 
 
 @pytest.mark.subprocess
-def test_recurrent_ppo_over_devices_matches_the_one_device_run(tmp_path):
-    run = run_script(RECURRENT_SCRIPT, tmp_path)["recurrent"]
+def test_recurrent_ppo_over_devices_matches_the_one_device_run(first_pass_results):
+    run = first_pass_results["recurrent"]
     # The carries are split with the environments; each device holds 2 whole
     # sequences; the network is on every device.
     assert run["carry_shape"] == [8, 8], run

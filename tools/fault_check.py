@@ -258,7 +258,7 @@ FAULTS: tuple[Fault, ...] = (
         find="envs = ENVS_AXIS if ENVS_AXIS in mesh.axis_names else None",
         replace="envs = None",
         tests=("tests/test_sharded_checkpoint.py::test_checksums_over_a_mesh",),
-        why="a PPO state placed on an ('envs',) mesh of 8 simulated devices has "
+        why="a PPO state placed on an ('envs',) mesh of 4 simulated devices has "
         "its environment states split over 'envs', not replicated",
     ),
     Fault(
