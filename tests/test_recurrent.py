@@ -110,20 +110,10 @@ def recurrent_ppo(
     return eqxrl.PPO(env=env, network_factory=factory, **arguments)
 
 
-@pytest.mark.parametrize(
-    "network, normalize_observations",
-    [
-        (eqxrl.nn.GRUActorCritic, False),
-        (eqxrl.nn.GRUActorCritic, True),
-        (eqxrl.nn.LSTMActorCritic, False),
-    ],
-)
-def test_recomputed_log_probs_and_values_equal_the_rollouts(
-    network, normalize_observations
-):
-    ppo = recurrent_ppo(
-        counting_env(), network, normalize_observations=normalize_observations
-    )
+def test_recomputed_log_probs_and_values_equal_the_rollouts():
+    # An LSTM here; a GRU (with observation normalization) under vmap below, and
+    # without normalization in the check that sees a carry not reset.
+    ppo = recurrent_ppo(counting_env(), eqxrl.nn.LSTMActorCritic)
     recorded, recomputed, (terminated, truncated) = eqx.filter_jit(
         first_update_outputs
     )(ppo, jr.key(1))
@@ -134,8 +124,10 @@ def test_recomputed_log_probs_and_values_equal_the_rollouts(
         assert float(jnp.max(jnp.abs(ours - theirs))) <= 1e-6
 
 
-def test_exact_under_vmap_over_8_seeds():
-    ppo = recurrent_ppo(counting_env())
+def test_exact_under_vmap_over_8_seeds_with_normalized_observations():
+    # The normalizer the replay reads must be the rollout's (frozen within the
+    # iteration), as must the carries.
+    ppo = recurrent_ppo(counting_env(), normalize_observations=True)
     keys = jr.split(jr.key(2), 8)
     recorded, recomputed, (terminated, _) = eqx.filter_jit(
         eqx.filter_vmap(first_update_outputs, in_axes=(None, 0))
@@ -198,23 +190,39 @@ def counting_success(ppo: eqxrl.PPO, state, key, num_episodes=64) -> Array:
     return jax.jit(jax.vmap(episode))(jr.split(key, num_episodes))
 
 
+def seed_states(states, num_seeds):
+    return [
+        jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, states)
+        for seed in range(num_seeds)
+    ]
+
+
 @pytest.mark.learning
 def test_counting_task_is_solved_by_a_gru_and_not_without_memory():
+    """3 seeds vmapped in one program each: the GRU gets every greedy episode right
+    on at least 2 of them (all 3 do, from 8k steps on); the same runs without
+    memory get no episode right on any."""
     options = dict(
         num_envs=16,
         num_steps=32,
-        total_timesteps=200_000,
+        total_timesteps=16_384,
         num_minibatches=2,
         num_epochs=4,
         learning_rate=1e-3,
     )
+    keys = jr.split(jr.key(0), 3)
     ppo = recurrent_ppo(counting_env(), sharp=False, **options)
-    state, _ = eqx.filter_jit(ppo.train)(jr.key(0))
-    assert bool(jnp.all(counting_success(ppo, state, jr.key(3))))
-    # The same run without memory gets no episode right: one constant action.
+    states, _ = eqx.filter_jit(eqx.filter_vmap(ppo.train))(keys)
+    solved = [
+        bool(jnp.all(counting_success(ppo, state, jr.key(3))))
+        for state in seed_states(states, 3)
+    ]
+    assert sum(solved) >= 2, solved
+    # Without memory: one constant greedy action (the observation never changes).
     feed_forward = eqxrl.PPO(env=counting_env(), **options)
-    state, _ = eqx.filter_jit(feed_forward.train)(jr.key(0))
-    assert not bool(jnp.any(counting_success(feed_forward, state, jr.key(3))))
+    states, _ = eqx.filter_jit(eqx.filter_vmap(feed_forward.train))(keys)
+    for state in seed_states(states, 3):
+        assert not bool(jnp.any(counting_success(feed_forward, state, jr.key(3))))
 
 
 @pytest.mark.parametrize(
@@ -350,9 +358,19 @@ def test_unroll_is_equinox_s_cell_step_by_step(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("speed_tricks", [None, False])
-@pytest.mark.parametrize("network_type", ["gru", "lstm"])
-@pytest.mark.parametrize("initial_carry", ["zeros", "from_parameters"])
+@pytest.mark.parametrize(
+    "initial_carry, network_type, speed_tricks",
+    [
+        ("zeros", "gru", None),
+        ("zeros", "gru", False),
+        ("zeros", "lstm", None),
+        ("zeros", "lstm", False),
+        # The initial carry's gradient flows back the same way with the tricks on
+        # or off (their loops differ, and are compared above): one each.
+        ("from_parameters", "gru", None),
+        ("from_parameters", "lstm", False),
+    ],
+)
 def test_unroll_s_gradient_is_backpropagation_through_equinox_s_cells(
     network_type, speed_tricks, initial_carry, monkeypatch
 ):
