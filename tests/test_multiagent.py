@@ -4,6 +4,7 @@ policies, refusals, the Trainer and the command line, and a short learning check
 on Treasure Hunt."""
 
 import csv
+import functools
 import json
 
 import equinox as eqx
@@ -376,7 +377,12 @@ def test_recurrent_policies_carry_one_state_per_agent(share_parameters):
     env = eqxrl.envs.make("TreasureHunt-v0", **WORLD)
     ppo = eqxrl.PPO(
         env=env,
-        network_factory=eqxrl.nn.GRUActorCritic.from_env,
+        network_factory=functools.partial(
+            eqxrl.nn.GRUActorCritic.from_env,
+            hidden_size=8,
+            encoder_sizes=(16,),
+            head_sizes=(16,),
+        ),
         num_envs=2,
         num_steps=8,
         total_timesteps=16,
@@ -387,7 +393,7 @@ def test_recurrent_policies_carry_one_state_per_agent(share_parameters):
     joint = learners.policy(state, deterministic=True)
     assert joint.is_recurrent
     carry = joint.initial_carry()
-    assert carry.hidden.shape == (2, 256)  # [num_agents, hidden_size]
+    assert carry.hidden.shape == (2, 8)  # [num_agents, hidden_size]
     with pytest.raises(TypeError, match=r"recurrent.*policy\.step"):
         joint.act(env.reset(jr.key(1))[1].observation, jr.key(2))
 

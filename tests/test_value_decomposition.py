@@ -295,8 +295,15 @@ def test_double_q_team_target_matches_numpy(algorithm_class):
 # ---------------------------------------------------------- masks and state
 
 
-@pytest.mark.parametrize("algorithm_class", [VDN, QMIX])
-@pytest.mark.parametrize("share_parameters", [True, False])
+# Each mixer once, with the one parameter layout whose `train` another test here
+# compiles (VDN's stacked agents: test_unshared_agents_are_stacked_and_each_trained;
+# QMIX's shared one: test_replay_rows_hold_the_global_state_of_their_own_step):
+# the mask is applied to each agent's values, whichever the mixer and the layout.
+@pytest.mark.parametrize(
+    ("algorithm_class", "share_parameters"),
+    [(VDN, False), (QMIX, True)],
+    ids=["vdn-own", "qmix-shared"],
+)
 def test_masked_actions_are_never_taken(algorithm_class, share_parameters):
     algorithm = algorithm_class(
         tiny_dqn(MaskedTeam(declare_state=True), exploration_fraction=0.5),
@@ -521,7 +528,10 @@ def test_resumes_exactly_through_the_trainer(
     recurrent agents' carries), and the checkpoint rebuilds the configuration
     (the wrapped DQN and the mixer's sizes)."""
     env = eqxrl.envs.make("TreasureHunt-v0", **WORLD)
-    options = {"embedding_size": 8, "hypernet_hidden_size": 16}
+    # The recurrent QMIX's mixer has sizes of its own (which the checkpoint must
+    # rebuild); the feed-forward QMIX is the command line's (its default sizes), so
+    # that the two tests share their compiled programs.
+    options = {"embedding_size": 8, "hypernet_hidden_size": 16} if recurrent else {}
     gru = dict(network_factory=eqxrl.nn.GRUQNetwork.from_env, n_step=1)
     algorithm = algorithm_class(
         eqxrl.DQN(env=env, **TINY_TEAM, **(gru if recurrent else {})),
@@ -560,8 +570,8 @@ def test_the_command_line_trains_a_team(tmp_path, capsys, mixer, algorithm_class
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY_TEAM.items()]
     flags = [flag.replace("(16,)", "16") for flag in flags]
     flags += [f"--env-option={k}={v}" for k, v in WORLD.items()]
-    # quiet_trainer's chunks and evaluations: VDN's programs are then those of
-    # test_resumes_exactly_through_the_trainer[vdn-own].
+    # quiet_trainer's chunks and evaluations: the programs are then those of
+    # test_resumes_exactly_through_the_trainer[vdn-own] and [qmix].
     flags += ["--chunk-size=2", "--checkpoint-every=2", "--eval-episodes=2"]
     if algorithm_class is QMIX:
         share = ["--share-parameters"]
