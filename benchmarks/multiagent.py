@@ -114,11 +114,12 @@ def sorrel(options) -> None:
     # What one world can reach here: the experiment's arithmetic against this
     # machine's matrix product speed.
     total_flops = sorrel_flops(learners) * 1000
+    size = options.matmul_size
     print(
         f"sorrel arithmetic: XLA counts {total_flops / 1e12:.2f} TFLOP per 1000 "
         f"epochs; this run sustained {total_flops / per_1000 / 1e9:.0f} GFLOP/s, 50x "
         f"Sorrel needs {total_flops * 50 / SORREL_SECONDS / 1e9:.0f} GFLOP/s, a "
-        f"2048x2048 matrix product here runs at {matmul_gflops():.0f} GFLOP/s"
+        f"{size}x{size} matrix product here runs at {matmul_gflops(size):.0f} GFLOP/s"
     )
     keys = jax.random.split(jax.random.key(2026), options.seeds)
     if options.seeds == 1:  # the program timed above
@@ -761,6 +762,13 @@ def main() -> None:
     parser.add_argument("--curve", metavar="FILE", default=None)
     parser.add_argument("--worlds", type=int, nargs="+", default=[1, 64, 1024])
     parser.add_argument("--agents", type=int, nargs="+", default=[2, 5, 10, 20])
+    parser.add_argument(
+        "--matmul-size",
+        type=int,
+        default=2048,
+        help="the matrix product the sorrel part's arithmetic is compared with "
+        "(smaller: a check that the script runs, not a measurement)",
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--loop-agents", type=int, nargs="+", default=[2, 5, 10, 20])

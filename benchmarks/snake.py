@@ -20,7 +20,7 @@ time excluded) with the MLP, CNN and grid-transformer actor-critics.
 A quick check that the script works (seconds, not a measurement):
 
     python benchmarks/snake.py --sizes 6 --num-envs 64 --pairs 1 --ppo-size 6 \
-        --policies mlp
+        --policies mlp --smoke
 """
 
 import argparse
@@ -104,8 +104,10 @@ def timed(function, key) -> float:
     return time.perf_counter() - start
 
 
-def benchmark_env(size: int, num_envs: int, pairs: int, consume: bool) -> None:
-    num_steps = max(64, min(32768, 2**18 // num_envs))
+def benchmark_env(
+    size: int, num_envs: int, pairs: int, consume: bool, smoke: bool = False
+) -> None:
+    num_steps = 64 if smoke else max(64, min(32768, 2**18 // num_envs))
     steps = num_envs * num_steps
     ours = eqxrl_loop(size, num_envs, num_steps, consume)
     compile_ours = compile_seconds(ours, jr.key(0))
@@ -192,6 +194,12 @@ def main() -> None:
     parser.add_argument(
         "--ppo-size", type=int, default=10, help="board height and width, PPO part"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that the script runs (seconds, not a measurement): 64 steps per "
+        "environment loop, and each policy's PPO timed once over one iteration",
+    )
     args = parser.parse_args()
     print(
         f"jax {jax.__version__} on {jax.devices()[0].device_kind}; Jumanji "
@@ -201,11 +209,18 @@ def main() -> None:
     if not args.skip_env:
         for size in args.sizes:
             for num_envs in args.num_envs:
-                benchmark_env(size, num_envs, args.pairs, not args.ignore_observation)
+                benchmark_env(
+                    size,
+                    num_envs,
+                    args.pairs,
+                    not args.ignore_observation,
+                    smoke=args.smoke,
+                )
     if not args.skip_ppo:
         for policy in args.policies:
-            repeats = 1 if policy == "transformer" else 3
-            benchmark_ppo(policy, args.ppo_size, PPO_ITERATIONS[policy], repeats)
+            repeats = 1 if policy == "transformer" or args.smoke else 3
+            iterations = 1 if args.smoke else PPO_ITERATIONS[policy]
+            benchmark_ppo(policy, args.ppo_size, iterations, repeats)
 
 
 if __name__ == "__main__":

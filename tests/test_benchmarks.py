@@ -88,10 +88,9 @@ SMOKE_RUNS = {
         ["gymnasium"],
     ),
     "snake.py": (
-        # Over 10 s: the environment loop's program and PPO's (the PPO part's three
-        # timed runs of four iterations are the script's own).
+        # --smoke: 64 steps per environment loop, PPO timed once over one iteration.
         ["--sizes", "6", "--num-envs", "64", "--pairs", "1", "--ppo-size", "6"]
-        + ["--policies", "mlp"],
+        + ["--policies", "mlp", "--smoke"],
         [
             rf"6x6 N=\s*64: eqxrl\s+{NUMBER} M steps/s",
             rf"PPO\s+mlp 6x6, .*:\s+{NUMBER} steps/s",
@@ -140,11 +139,12 @@ SMOKE_RUNS = {
     ),
     "multiagent.py": (
         # Every part at toy sizes: 2 epochs of Sorrel's experiment (1 seed), one
-        # scaling row, one loop row (the same compiled program as that row).
-        # Over 10 s: the parts' programs are Sorrel's networks at Sorrel's sizes (the
-        # FLOP count checked below), the loop's its own small ones, and the matrix
-        # product is the printed 2048x2048.
+        # scaling row, one loop row (the same compiled program as that row), a
+        # 256x256 matrix product. Over 10 s: the parts' programs are Sorrel's
+        # networks at Sorrel's sizes (the FLOP count checked below), and the loop's
+        # are its own (jitted act, store and learn: what the loop part compares).
         ["--epochs", "2", "--seeds", "1", "--worlds", "1", "--agents", "2"]
+        + ["--matmul-size", "256"]
         + ["--steps", "2", "--iterations", "1", "--loop-agents", "2"]
         + ["--loop-iterations", "1"],
         [
@@ -152,7 +152,7 @@ SMOKE_RUNS = {
             rf"{NUMBER}x faster",
             rf"sorrel arithmetic: XLA counts {NUMBER} TFLOP per 1000 epochs; this run "
             rf"sustained {NUMBER} GFLOP/s, 50x Sorrel needs {NUMBER} GFLOP/s, a "
-            rf"2048x2048 matrix product here runs at {NUMBER} GFLOP/s",
+            rf"256x256 matrix product here runs at {NUMBER} GFLOP/s",
             rf"sorrel learning curve: 1 seed\(s\) vmapped, compile {NUMBER} s, run "
             rf"{NUMBER} s",
             rf"^\s*1\s+2\s+{NUMBER}\s+{NUMBER}$",  # agent-steps/s, compile s
