@@ -167,15 +167,17 @@ def test_command_line_trains_pqn(tmp_path, capsys):
 @pytest.mark.learning
 @pytest.mark.run_bound
 def test_learns_cartpole_at_purejaxql_s_config():
-    """purejaxql's `pqn_cartpole` config (the defaults), 4 seeds vmapped in one
-    program: the greedy policy averages at least 475 over 16 episodes on 3 of 4."""
+    """purejaxql's `pqn_cartpole` config (the defaults), 3 seeds vmapped in one
+    program: the greedy policy averages at least 475 over 16 episodes on 2 of 3.
+    Training is nearly all the cost and grows linearly in seeds on CPU (3 seeds:
+    52 CPU-s, 4: 72); all of 7 seeds tried scored 500."""
     pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"))
-    states, _ = eqx.filter_jit(eqx.filter_vmap(pqn.train))(jr.split(jr.key(0), 4))
+    states, _ = eqx.filter_jit(eqx.filter_vmap(pqn.train))(jr.split(jr.key(0), 3))
     greedy = []
-    for seed in range(4):
+    for seed in range(3):
         state = jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, states)
         result = evaluate(
             pqn.policy(state, deterministic=True), pqn.env, jr.key(100 + seed)
         )
         greedy.append(float(result.summary()["return_mean"]))
-    assert sum(r >= 475 for r in greedy) >= 3, greedy
+    assert sum(r >= 475 for r in greedy) >= 2, greedy

@@ -455,8 +455,8 @@ def final_returns(metrics, fraction=0.05):
 @pytest.mark.run_bound
 @pytest.mark.parametrize("name", ["DQN", "IQN"])
 def test_defaults_learn_cartpole(env, name):
-    # IQN's run is 3.5x DQN's on CPU: 3 seeds of it, 2 of which must learn.
-    num_seeds, must_learn = (4, 3) if name == "DQN" else (3, 2)
+    # 3 seeds, 2 of which must learn: on 8 other seeds, DQN's 8 all reach 470.
+    num_seeds, must_learn = 3, 2
     algorithm = getattr(eqxrl, name)(env=env, total_timesteps=500_000)
     _, metrics = eqx.filter_vmap(algorithm.train)(jr.split(jr.key(42), num_seeds))
     final = final_returns(metrics)
