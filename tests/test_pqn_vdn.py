@@ -248,9 +248,22 @@ def test_a_rollout_keeps_the_team_reward_and_the_team_greedy_values():
 # ------------------------------------------------------------------ agents
 
 
+@eqx.filter_jit
+@eqx.debug.assert_max_traces(max_traces=1)
+def train_seeds(algorithm, keys):
+    """Runs of `PQNVDN(small())` (any keys, any sweepable numbers) vmapped over
+    seeds: one program for every test below that trains it (the program contract's
+    test asserts it is traced once)."""
+    return eqx.filter_vmap(algorithm.train)(keys)
+
+
+def first_seed(tree):
+    return jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, tree)
+
+
 def test_shared_agents_are_one_network_and_unshared_ones_each_trained():
     shared = PQNVDN(small())
-    state, metrics = shared.train(jr.key(0))
+    state, metrics = first_seed(train_seeds(shared, jr.split(jr.key(0), 2)))
     # One network (not stacked), reading the observation and the agent index.
     assert state.agents.layers[0].weight.shape == (16, 3 + 2)
     assert np.isfinite(np.asarray(metrics["td_loss"])).all()
@@ -272,7 +285,11 @@ def test_masked_actions_are_never_taken(share_parameters):
     """MaskedTeam gives -100 for a masked action: every episode returns its
     length, exploring or not, and the policy respects the mask too."""
     pqn_vdn = PQNVDN(small(), share_parameters=share_parameters)
-    state, metrics = pqn_vdn.train(jr.key(0))
+    if share_parameters:
+        # Seed 0 of the seed-vmapped program the other tests compile.
+        state, metrics = first_seed(train_seeds(pqn_vdn, jr.split(jr.key(0), 2)))
+    else:
+        state, metrics = pqn_vdn.train(jr.key(0))
     returns = np.asarray(metrics["episode_return"])  # [iterations, agents]
     ended = ~np.isnan(returns[:, 0])
     assert ended.sum() >= 5
@@ -293,12 +310,9 @@ def test_masked_actions_are_never_taken(share_parameters):
 
 @pytest.mark.slow
 def test_one_compilation_for_keys_and_sweepable_numbers_and_vmap_over_seeds():
-    # One program, vmapped over seeds, for other keys and other sweepable numbers.
-    @eqx.filter_jit
-    @eqx.debug.assert_max_traces(max_traces=1)
-    def train(algorithm, keys):
-        return eqx.filter_vmap(algorithm.train)(keys)
-
+    # One program, vmapped over seeds, for other keys and other sweepable numbers
+    # (`train_seeds` is traced at most once in this module).
+    train = train_seeds
     first = PQNVDN(small())
     second = PQNVDN(small(gamma=0.5, learning_rate=1e-3, q_lambda=0.3))
     keys = jr.split(jr.key(0), 2)
