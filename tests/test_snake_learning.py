@@ -1,7 +1,8 @@
 """PPO learns grid tasks: Snake with the CNN policy, a maze with the grid transformer.
 
-Each runs four seeds in one vmapped program and asks three of them to learn: float
-rounding, and so the runs, differ between CPUs. Both are `run_bound`: with XLA's
+Each runs three seeds in one vmapped program and asks two of them to learn: float
+rounding, and so the runs, differ between CPUs (on an AMD EPYC every seed of four
+learned, each far above its bar). Both are `run_bound`: with XLA's
 defaults they took 43 s in all, against 75 s with the first pass's fast compilation
 (2-core Xeon, one process)."""
 
@@ -72,14 +73,14 @@ def test_cnn_ppo_beats_random_play_fivefold():
         ),
         observation_storage_dtype=jnp.uint8,
     )
-    states, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 4))
+    states, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 3))
     trained = eqx.filter_vmap(
         lambda state: mean_score(env, ppo.policy(state), jr.key(1))
     )(states)
     trained = np.asarray(trained)
     random = float(mean_score(env, uniform_valid_move, jr.key(1)))
     # 2.3-2.9 against 0.17 on an AMD EPYC.
-    assert np.sum(trained >= 5 * random) >= 3, (trained, random)
+    assert np.sum(trained >= 5 * random) >= 2, (trained, random)
     assert metrics["invalid_action_count"].sum() == 0
 
 
@@ -104,7 +105,7 @@ def test_transformer_ppo_learns_the_maze():
             key=key,
         ),
     )
-    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 4))
+    _, metrics = eqx.filter_vmap(ppo.train)(jr.split(jr.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     lengths = np.asarray(metrics["episode_length"])
     first_return = np.nanmean(returns[:, :3], axis=1)
@@ -115,4 +116,4 @@ def test_transformer_ppo_learns_the_maze():
     print("episode length per seed:", first_length, final_length)
     # From 0.2-0.6 in 37-45 steps to 0.96-1.0 in 16-21 on an AMD EPYC.
     learned = (final_return > 0.9) & (final_length < 25) & (final_return > first_return)
-    assert np.sum(learned) >= 3, (first_return, final_return, final_length)
+    assert np.sum(learned) >= 2, (first_return, final_return, final_length)
