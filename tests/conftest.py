@@ -1,4 +1,5 @@
 import collections
+import functools
 import json
 import os
 import runpy
@@ -44,6 +45,48 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(line)
 
 
+# The second pass of `make test` runs the tests with these markers (XLA's defaults).
+SECOND_PASS = "run_bound or xla_defaults"
+SECOND_PASS_MARKERS = ("run_bound", "xla_defaults")
+
+
+@functools.cache
+def _names_a_second_pass_marker(path) -> bool:
+    text = path.read_text()
+    return any(marker in text for marker in SECOND_PASS_MARKERS)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The second pass (`-m "run_bound or xla_defaults"`) imports only the test
+    files whose text names one of its markers: each test process imports every file
+    it collects, all of them in about 14 s, these in about 10 s. (Every other
+    collection checks that no test gets those markers from elsewhere.)"""
+    if config.option.markexpr != SECOND_PASS:
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    return True if not _names_a_second_pass_marker(collection_path) else None
+
+
+def _check_second_pass_files(items):
+    """Every `run_bound` or `xla_defaults` test is in a file whose text names its
+    marker, which is what the second pass collects (`pytest_ignore_collect`)."""
+    unnamed = sorted(
+        {
+            item.path.name
+            for item in items
+            if any(item.get_closest_marker(m) for m in SECOND_PASS_MARKERS)
+            and not _names_a_second_pass_marker(item.path)
+        }
+    )
+    if unnamed:
+        raise pytest.UsageError(
+            f"{unnamed} hold run_bound or xla_defaults tests without naming the "
+            "marker in their text, so make test's second pass would not collect "
+            "them: mark the tests in their own file (tests/conftest.py)."
+        )
+
+
 # Why a test is slow (pyproject.toml names each marker's reason).
 SLOW_MARKERS = ("run_bound", "subprocess", "benchmark", "learning", "slow")
 
@@ -55,6 +98,7 @@ def pytest_collection_modifyitems(items):
     keeps one process busy while the other idles, so the suite's wall time is best
     when the short files come at the end. A file's length is its current cost in
     `tests/README.md`'s budget table."""
+    _check_second_pass_files(items)
     file_costs = costs.budget_table_costs()
 
     def order(item):

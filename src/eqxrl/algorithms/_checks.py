@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import PRNGKeyArray
 
+from .._shape_memo import memoized_on_shapes
 from ..distributions import AbstractActionDistribution, MaskedCategorical
 from ..envs import (
     AbstractEnvironment,
@@ -23,6 +24,7 @@ from ..envs import (
 from ..nn import AbstractActorCritic, AbstractQNetwork, AbstractQuantileNetwork
 
 
+@memoized_on_shapes
 def _example_timestep(env: AbstractEnvironment) -> Any:
     """The shapes of a timestep of `env`; of one agent's observation and action mask
     in a multi-agent environment (a leading agent axis on those), which is what an
@@ -78,6 +80,7 @@ def _network_shape(
     )
 
 
+@memoized_on_shapes
 def check_actor_critic(
     owner: str,
     env: AbstractEnvironment,
@@ -140,6 +143,7 @@ def check_actor_critic(
     return network
 
 
+@memoized_on_shapes
 def check_q_network(
     owner: str,
     env: AbstractEnvironment,

@@ -14,6 +14,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int, PyTree
 
+from .._shape_memo import memoized_on_shapes
 from ._environment import (
     GLOBAL_STATE,
     AbstractEnvironment,
@@ -126,6 +127,7 @@ def _action_like(space: AbstractSpace, num_agents: int | None) -> Any:
     )
 
 
+@memoized_on_shapes
 def check_environment(env: AbstractEnvironment) -> None:
     """Check that an environment keeps the contract the algorithms rely on, without
     running it (shapes and dtypes only, with `eqx.filter_eval_shape`).
@@ -148,7 +150,10 @@ def check_environment(env: AbstractEnvironment) -> None:
     it in `timestep.extras["global_state"]`, float32 of that space's shape (no
     agent axis); an environment that declares none does not use that key.
 
-    PPO, DQN and IQN call it when they are built.
+    PPO, DQN and IQN call it when they are built. A check that passed is
+    remembered by what it depends on (the environment's structure, static fields
+    and arrays' shapes and dtypes, never their values), so checking an environment
+    of the same shapes again costs no trace.
 
     **Arguments:**
 

@@ -46,6 +46,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jaxtyping import PyTree
 
+from .._shape_memo import memoized_on_shapes
 from .._version import __version__
 from ..algorithms import AbstractAlgorithm
 from ..nn import AbstractPolicy
@@ -225,8 +226,10 @@ def _batch_shape(
     return batch_shape or ()
 
 
+@memoized_on_shapes
 def _init_skeleton(algorithm: AbstractAlgorithm, batch_shape: tuple[int, ...]):
-    """Shapes and dtypes of `algorithm.init` (batched), without running anything."""
+    """Shapes and dtypes of `algorithm.init` (batched), without running anything
+    (remembered: every checkpoint of a run saves against the same one)."""
     init = algorithm.init
     for _ in batch_shape:
         init = eqx.filter_vmap(init)
