@@ -12,6 +12,16 @@ PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 VENV ?= .venv
 BIN := $(VENV)/bin
 
+# Python's compiled bytecode lives in the venv (never beside the sources) and is
+# written even where PYTHONDONTWRITEBYTECODE is set, as in CI's environment: there,
+# every process compiled every module it imported again (eqxrl's type-checked
+# modules, the test files' rewritten asserts: seconds per process, and the suite
+# starts dozens). So pip compiles nothing when it installs (`--no-compile`: 30 of the
+# 46 s of installing the dev extras went to compiling packages the suite never
+# imports), and each module is compiled once, when it is first imported.
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test test-quick test-pythons test-floors lint format docs docs-serve \
 	bench bench-peers bench-check venv-robot clean
 
@@ -21,7 +31,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e ".[training]"
+	$(BIN)/python -m pip install --no-compile -e ".[training]"
 	touch $@
 
 # The extras of a test venv: dev (every optional peer, linters, docs), or test (the
@@ -31,7 +41,8 @@ EXTRAS ?= dev
 FLOORS ?=
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(if $(FLOORS),$(BIN)/python tools/floor_constraints.py $(EXTRAS) > $(VENV)/floors.txt)
-	$(BIN)/python -m pip install $(if $(FLOORS),-c $(VENV)/floors.txt) -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --no-compile $(if $(FLOORS),-c $(VENV)/floors.txt) \
+		-e ".[$(EXTRAS)]"
 	touch $@ $(VENV)/.installed
 
 # The demo's own folders start anew each time (a run folder is never overwritten).
