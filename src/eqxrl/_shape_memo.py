@@ -25,6 +25,7 @@ Result = TypeVar("Result")
 
 # Entries hold shapes and Python objects, never arrays: a few kilobytes each.
 _MAX_ENTRIES = 512
+_MISSING = object()
 
 
 def _abstract_leaf(leaf: Any) -> Any:
@@ -84,5 +85,3 @@ def memoized_on_shapes(function: Callable[Params, Result]) -> Callable[Params, R
     wrapper.cache_clear = remembered.clear  # pyright: ignore[reportFunctionMemberAccess]
     return wrapper
 
-
-_MISSING = object()
