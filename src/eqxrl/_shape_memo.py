@@ -84,4 +84,3 @@ def memoized_on_shapes(function: Callable[Params, Result]) -> Callable[Params, R
 
     wrapper.cache_clear = remembered.clear  # pyright: ignore[reportFunctionMemberAccess]
     return wrapper
-
