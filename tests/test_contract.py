@@ -385,42 +385,38 @@ def test_check_environment_accepts_states_holding_typed_keys():
     eqxrl.envs.check_environment(KeyedCartPole(eqxrl.envs.make("CartPole-v1")))
 
 
-# Traces of `CountedCartPole.reset`: a Python side effect, so it counts traces only.
-RESET_TRACES = []
-
-
-class CountedCartPole(CartPole):
-    unused: jax.Array = eqx.field(default_factory=lambda: jnp.zeros(()))
-
-    def reset(self, key: PRNGKeyArray):
-        RESET_TRACES.append(self.unused.shape)
-        return super().reset(key)
-
-
-class ShortCountedCartPole(CountedCartPole):
-    """`reset` returns observations of shape (3,), `step` of shape (4,)."""
-
-    def reset(self, key: PRNGKeyArray):
-        state, timestep = super().reset(key)
-        return state, eqx.tree_at(lambda t: t.observation, timestep, jnp.zeros(3))
-
-
 def test_a_passed_check_is_remembered_by_shapes_and_a_failed_one_runs_again():
     """Building an algorithm checks its environment and network by tracing them;
     a second environment of the same structure and shapes, whatever its numbers,
     reuses that answer, while other shapes are checked anew and an error is raised
-    every time."""
-    RESET_TRACES.clear()
+    every time. (The classes are made here: a class of its own per run, which no
+    earlier check can have answered.)"""
+    reset_traces = []  # a Python side effect of `reset`: it counts traces only
+
+    class CountedCartPole(CartPole):
+        unused: jax.Array = eqx.field(default_factory=lambda: jnp.zeros(()))
+
+        def reset(self, key: PRNGKeyArray):
+            reset_traces.append(self.unused.shape)
+            return super().reset(key)
+
+    class ShortCountedCartPole(CountedCartPole):
+        """`reset` returns observations of shape (3,), `step` of shape (4,)."""
+
+        def reset(self, key: PRNGKeyArray):
+            state, timestep = super().reset(key)
+            return state, eqx.tree_at(lambda t: t.observation, timestep, jnp.zeros(3))
+
     eqxrl.PPO(env=CountedCartPole(gravity=9.8), num_envs=4, num_steps=8)
-    first = len(RESET_TRACES)
+    first = len(reset_traces)
     assert first > 0
     eqxrl.PPO(env=CountedCartPole(gravity=1.6), num_envs=4, num_steps=8)
     eqxrl.envs.check_environment(CountedCartPole(gravity=3.7))
-    assert len(RESET_TRACES) == first  # the same shapes: nothing traced again
+    assert len(reset_traces) == first  # the same shapes: nothing traced again
 
     # Another shape of a leaf is another program: checked again.
     eqxrl.envs.check_environment(CountedCartPole(unused=jnp.zeros(2)))
-    assert RESET_TRACES[first:] == [(2,)] * (len(RESET_TRACES) - first) != []
+    assert reset_traces[first:] == [(2,)] * (len(reset_traces) - first) != []
 
     for _ in range(2):
         with pytest.raises(ValueError, match=r"observation as float32\[3\] but step"):

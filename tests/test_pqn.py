@@ -170,7 +170,7 @@ def test_purejaxql_s_config_learns_cartpole_in_150k_steps():
     """purejaxql's `pqn_cartpole` config (the defaults) over 150k steps instead of
     500k, 3 seeds vmapped in one program: the greedy policy averages at least 475
     over 16 episodes on 2 of 3. Training is nearly all the cost (3 seeds at 500k:
-    52 CPU-s); at 150k, all of 6 other seeds scored 500 (2-core Xeon)."""
+    52 CPU-s); at 150k, all of 6 other seeds scored 500 (a 2-core AMD EPYC)."""
     pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"), total_timesteps=150_000)
     states, _ = eqx.filter_jit(eqx.filter_vmap(pqn.train))(jr.split(jr.key(0), 3))
     greedy = []

@@ -23,7 +23,7 @@ import jax
 Params = ParamSpec("Params")
 Result = TypeVar("Result")
 
-# Entries hold shapes and Python objects, never arrays: a few kilobytes each.
+# Entries hold shapes and Python objects, never arrays.
 _MAX_ENTRIES = 512
 _MISSING = object()
 
@@ -82,5 +82,4 @@ def memoized_on_shapes(function: Callable[Params, Result]) -> Callable[Params, R
             remembered.popitem(last=False)
         return result
 
-    wrapper.cache_clear = remembered.clear  # pyright: ignore[reportFunctionMemberAccess]
     return wrapper
