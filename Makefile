@@ -79,6 +79,10 @@ docs-serve: $(VENV)/.installed-dev
 #   learning runs, whose code runs 2-3x slower unoptimized) and the `xla_defaults`
 #   ones (floats compared bit for bit, whose last bits LLVM without optimization
 #   computes otherwise).
+# The second pass runs beside the first, in one process of its own, its output
+# kept in $(SECOND_PASS_LOG) and shown when the first ends: both passes keep both
+# cores busy (one after the other, each left a core idle while its last file ran,
+# and the second started its processes and collected its files again).
 # Each test file runs whole in one process (`--dist loadfile`): the tests of a file
 # share its compiled programs, and each file's programs are released when it ends
 # (tests/conftest.py), which a file split between the processes would undo. Both
@@ -89,23 +93,39 @@ KNOWN_FAST_COMPILE = $$(for option in $(FAST_COMPILE); do \
 	XLA_FLAGS="$$XLA_FLAGS $$option" $(BIN)/python -c "import jax; jax.devices()" \
 	>/dev/null 2>&1 && echo "$$option"; done)
 TEST_COSTS := $(VENV)/test-costs.jsonl
-# Local runs keep compiled programs in JAX's persistent cache, in the user's cache
-# folder (never in the repository), so a second run compiles less. It is only a
-# convenience: CI (CI=true) runs cold, and so is every figure in tests/README.md.
+SECOND_PASS_LOG := $(VENV)/second-pass.log
+# Compiled programs are shared through JAX's persistent cache (every program, however
+# small: `--xla_...` flags are part of its key, so the passes never share one). The
+# suite compiles about 13,000 programs, most of them the eager operations of network
+# initialization and of the tests themselves, and each file's are released when it
+# ends (tests/conftest.py): from the cache, the 5,900 compiled again in later files
+# and in the other processes cost a read. Local runs keep the cache in the user's
+# cache folder (never in the repository), so a second run compiles less. CI (CI=true)
+# starts each run with an empty cache, in a temporary folder removed when the run
+# ends: every figure in tests/README.md is such a run.
 ifeq ($(filter true 1 yes,$(CI)),)
-TEST_CACHE := JAX_COMPILATION_CACHE_DIR="$${XDG_CACHE_HOME:-$$HOME/.cache}/eqxrl/jax-tests" \
-	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+WITH_TEST_CACHE := export JAX_COMPILATION_CACHE_DIR="$${XDG_CACHE_HOME:-$$HOME/.cache}/eqxrl/jax-tests";
+else
+WITH_TEST_CACHE := export JAX_COMPILATION_CACHE_DIR="$$(mktemp -d -t eqxrl-jax-tests.XXXXXX)"; \
+	trap 'rm -rf "$$JAX_COMPILATION_CACHE_DIR"' EXIT;
 endif
-PYTEST := $(TEST_CACHE) EQXRL_TEST_COSTS=$(TEST_COSTS) $(BIN)/python -m pytest \
-	-n 2 --dist loadfile --no-loadscope-reorder
-FAST_COMPILE_PYTEST = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(PYTEST)
+WITH_TEST_CACHE += export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0;
+PYTEST := EQXRL_TEST_COSTS=$(TEST_COSTS) $(BIN)/python -m pytest
+TWO_PROCESSES := -n 2 --dist loadfile --no-loadscope-reorder
+FAST_COMPILE_PYTEST = XLA_FLAGS="$$(echo $$XLA_FLAGS $(KNOWN_FAST_COMPILE))" $(PYTEST) \
+	$(TWO_PROCESSES)
 PRINT_VERSIONS := $(BIN)/python -c \
 	"import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
 test: lint
 	$(PRINT_VERSIONS)
-	rm -f $(TEST_COSTS)
-	$(FAST_COMPILE_PYTEST) -m "not (run_bound or xla_defaults)"
-	$(PYTEST) -m "run_bound or xla_defaults"
+	rm -f $(TEST_COSTS) $(SECOND_PASS_LOG)
+	@echo "The second pass (run_bound, xla_defaults) runs beside the first; its output follows."
+	$(WITH_TEST_CACHE) \
+	$(PYTEST) -n 0 -m "run_bound or xla_defaults" > $(SECOND_PASS_LOG) 2>&1 & second=$$!; \
+	$(FAST_COMPILE_PYTEST) -m "not (run_bound or xla_defaults)"; first=$$?; \
+	wait $$second; second=$$?; \
+	echo "== the second pass ($(SECOND_PASS_LOG))"; cat $(SECOND_PASS_LOG); \
+	test $$first -eq 0 && test $$second -eq 0
 	$(BIN)/mkdocs build --strict
 	$(BIN)/python tests/costs.py $(TEST_COSTS)
 
@@ -115,7 +135,7 @@ test: lint
 test-quick: $(VENV)/.installed-dev
 	$(PRINT_VERSIONS)
 	rm -f $(TEST_COSTS)
-	$(FAST_COMPILE_PYTEST) -m \
+	$(WITH_TEST_CACHE) $(FAST_COMPILE_PYTEST) -m \
 		"not (run_bound or xla_defaults or learning or subprocess or benchmark or slow)"
 	$(BIN)/python tests/costs.py $(TEST_COSTS)
 
