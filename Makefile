@@ -79,10 +79,11 @@ docs-serve: $(VENV)/.installed-dev
 #   learning runs, whose code runs 2-3x slower unoptimized) and the `xla_defaults`
 #   ones (floats compared bit for bit, whose last bits LLVM without optimization
 #   computes otherwise).
-# The second pass runs beside the first, in one process of its own, its output
-# kept in $(SECOND_PASS_LOG) and shown when the first ends: both passes keep both
-# cores busy (one after the other, each left a core idle while its last file ran,
-# and the second started its processes and collected its files again).
+# The second pass, then the docs build, run beside the first pass, in one process
+# of their own, their output kept in $(SECOND_PASS_LOG) and shown when the first
+# ends: the three processes keep both cores busy to the end (one pass after the
+# other, each left a core idle while its last file ran, and the second started two
+# processes that collected their files again).
 # Each test file runs whole in one process (`--dist loadfile`): the tests of a file
 # share its compiled programs, and each file's programs are released when it ends
 # (tests/conftest.py), which a file split between the processes would undo. Both
@@ -119,14 +120,14 @@ PRINT_VERSIONS := $(BIN)/python -c \
 test: lint
 	$(PRINT_VERSIONS)
 	rm -f $(TEST_COSTS) $(SECOND_PASS_LOG)
-	@echo "The second pass (run_bound, xla_defaults) runs beside the first; its output follows."
+	@echo "The second pass (run_bound, xla_defaults) and the docs build run beside the first pass; their output follows it."
 	$(WITH_TEST_CACHE) \
-	$(PYTEST) -n 0 -m "run_bound or xla_defaults" > $(SECOND_PASS_LOG) 2>&1 & second=$$!; \
+	{ $(PYTEST) -n 0 -m "run_bound or xla_defaults" && $(BIN)/mkdocs build --strict; } \
+		> $(SECOND_PASS_LOG) 2>&1 & second=$$!; \
 	$(FAST_COMPILE_PYTEST) -m "not (run_bound or xla_defaults)"; first=$$?; \
 	wait $$second; second=$$?; \
-	echo "== the second pass ($(SECOND_PASS_LOG))"; cat $(SECOND_PASS_LOG); \
-	test $$first -eq 0 && test $$second -eq 0
-	$(BIN)/mkdocs build --strict
+	echo "== the second pass and the docs build ($(SECOND_PASS_LOG))"; \
+	cat $(SECOND_PASS_LOG); test $$first -eq 0 && test $$second -eq 0
 	$(BIN)/python tests/costs.py $(TEST_COSTS)
 
 # The edit loop: the first pass without its learning runs, subprocesses, benchmark
