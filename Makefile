@@ -79,11 +79,11 @@ docs-serve: $(VENV)/.installed-dev
 #   learning runs, whose code runs 2-3x slower unoptimized) and the `xla_defaults`
 #   ones (floats compared bit for bit, whose last bits LLVM without optimization
 #   computes otherwise).
-# The second pass, then the docs build, run beside the first pass, in one process
-# of their own, their output kept in $(SECOND_PASS_LOG) and shown when the first
-# ends: the three processes keep both cores busy to the end (one pass after the
-# other, each left a core idle while its last file ran, and the second started two
-# processes that collected their files again).
+# The second pass (one process) and the docs build run beside the first pass,
+# their output kept in $(SECOND_PASS_LOG) and $(DOCS_LOG) and shown when the
+# first ends (Ctrl-C stops all three): the processes keep both cores busy to the end
+# (one pass after the other, each left a core idle while its last file ran, and the
+# second started two processes that collected their files again).
 # Each test file runs whole in one process (`--dist loadfile`): the tests of a file
 # share its compiled programs, and each file's programs are released when it ends
 # (tests/conftest.py), which a file split between the processes would undo. Both
@@ -95,6 +95,7 @@ KNOWN_FAST_COMPILE = $$(for option in $(FAST_COMPILE); do \
 	>/dev/null 2>&1 && echo "$$option"; done)
 TEST_COSTS := $(VENV)/test-costs.jsonl
 SECOND_PASS_LOG := $(VENV)/second-pass.log
+DOCS_LOG := $(VENV)/docs-build.log
 # Compiled programs are shared through JAX's persistent cache (every program, however
 # small: `--xla_...` flags are part of its key, so the passes never share one). The
 # suite compiles about 13,000 programs, most of them the eager operations of network
@@ -119,15 +120,17 @@ PRINT_VERSIONS := $(BIN)/python -c \
 	"import sys, jax; print('Python', sys.version.split()[0], '| jax', jax.__version__)"
 test: lint
 	$(PRINT_VERSIONS)
-	rm -f $(TEST_COSTS) $(SECOND_PASS_LOG)
+	rm -f $(TEST_COSTS) $(SECOND_PASS_LOG) $(DOCS_LOG)
 	@echo "The second pass (run_bound, xla_defaults) and the docs build run beside the first pass; their output follows it."
 	$(WITH_TEST_CACHE) \
-	{ $(PYTEST) -n 0 -m "run_bound or xla_defaults" && $(BIN)/mkdocs build --strict; } \
-		> $(SECOND_PASS_LOG) 2>&1 & second=$$!; \
+	$(PYTEST) -n 0 -m "run_bound or xla_defaults" > $(SECOND_PASS_LOG) 2>&1 & second=$$!; \
+	$(BIN)/mkdocs build --strict > $(DOCS_LOG) 2>&1 & docs=$$!; \
+	trap 'kill $$second $$docs 2>/dev/null; exit 130' INT TERM; \
 	$(FAST_COMPILE_PYTEST) -m "not (run_bound or xla_defaults)"; first=$$?; \
-	wait $$second; second=$$?; \
-	echo "== the second pass and the docs build ($(SECOND_PASS_LOG))"; \
-	cat $(SECOND_PASS_LOG); test $$first -eq 0 && test $$second -eq 0
+	wait $$second; second=$$?; wait $$docs; docs=$$?; \
+	echo "== the second pass ($(SECOND_PASS_LOG))"; cat $(SECOND_PASS_LOG); \
+	echo "== the docs build ($(DOCS_LOG))"; cat $(DOCS_LOG); \
+	test $$first -eq 0 && test $$second -eq 0 && test $$docs -eq 0
 	$(BIN)/python tests/costs.py $(TEST_COSTS)
 
 # The edit loop: the first pass without its learning runs, subprocesses, benchmark
