@@ -71,10 +71,14 @@ docs-serve: $(VENV)/.installed-dev
 #   XLA compiling small programs that then run for milliseconds, so it trades run
 #   speed for compile speed: LLVM without optimization
 #   (`--xla_backend_optimization_level=0`: PPO's CartPole program compiles 3x
-#   faster, DQN's 4x) and XLA's CPU fusion emitters off (a third faster again). Each option is passed only where a probe with it runs
-#   (jax 0.11 and newer reject the second, fatally), so the same command works with
-#   every JAX. (`echo` without quotes joins the options with no stray space: XLA
-#   reads an XLA_FLAGS of " " as a file name, fatally.)
+#   faster, DQN's 4x), XLA's CPU fusion emitters off (a third faster again) and
+#   each program's code generated as one LLVM module
+#   (`--xla_cpu_parallel_codegen_split_count=1`: splitting it for a thread pool
+#   costs CPU time, and the suite's processes already keep every core busy; 8-10%
+#   less CPU time over four test files). Each option is passed only where a probe
+#   with it runs (jax 0.11 and newer reject the second, fatally), so the same
+#   command works with every JAX. (`echo` without quotes joins the options with no
+#   stray space: XLA reads an XLA_FLAGS of " " as a file name, fatally.)
 # - the second keeps XLA's defaults, as users run: the `run_bound` tests (long
 #   learning runs, whose code runs 2-3x slower unoptimized) and the `xla_defaults`
 #   ones (floats compared bit for bit, whose last bits LLVM without optimization
@@ -89,7 +93,8 @@ docs-serve: $(VENV)/.installed-dev
 # (tests/conftest.py), which a file split between the processes would undo. Both
 # passes append each test's seconds to $(TEST_COSTS), and `make test` ends with the
 # slowest tests and the cost of each file (tests/costs.py). See tests/README.md.
-FAST_COMPILE := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false
+FAST_COMPILE := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false \
+	--xla_cpu_parallel_codegen_split_count=1
 KNOWN_FAST_COMPILE = $$(for option in $(FAST_COMPILE); do \
 	XLA_FLAGS="$$XLA_FLAGS $$option" $(BIN)/python -c "import jax; jax.devices()" \
 	>/dev/null 2>&1 && echo "$$option"; done)
