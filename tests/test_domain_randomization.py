@@ -453,3 +453,110 @@ def test_brax_own_randomization_function():
     assert gravity.shape == (2, 3) and not np.array_equal(gravity[0], gravity[1])
     action = jnp.zeros((2, brax_env.action_size), jnp.float32)
     jax.vmap(env.step)(states, action, jr.split(jr.key(1), 2))
+
+
+# Every algorithm's metrics report the parameters (the rollouts share
+# `episode_statistics`, the iterations `iteration_episode_metrics`): one iteration
+# or two of each at toy sizes. PPO, SAC and DQN are above.
+def cartpole_gravity():
+    return DomainRandomization(eqxrl.envs.make("CartPole-v1"), gravity_between(5, 6))
+
+
+def pendulum_gravity():
+    def sample_fn(key):
+        return {"gravity": jr.uniform(key, (), minval=12.0, maxval=13.0)}
+
+    return DomainRandomization(eqxrl.envs.make("Pendulum-v1"), sample_fn)
+
+
+def treasure_hunt_spawns():
+    def sample_fn(key):
+        return {"spawn_probability": jr.uniform(key, (), minval=0.04, maxval=0.06)}
+
+    world = eqxrl.envs.make(
+        "TreasureHunt-v0", height=7, width=7, vision_radius=1, num_frames=2
+    )
+    return DomainRandomization(world, sample_fn)
+
+
+TINY_Q_LEARNING = dict(
+    num_envs=2,
+    total_timesteps=2 * 8 * 2,
+    train_frequency=8,
+    buffer_size=32,
+    learning_starts=8,
+    batch_size=8,
+    hidden_sizes=(8,),
+)
+TINY_PQN = dict(
+    num_envs=2,
+    num_steps=8,
+    total_timesteps=2 * 8 * 2,
+    num_epochs=1,
+    num_minibatches=2,
+    hidden_sizes=(8,),
+)
+
+
+def tiny_amp():
+    t = np.linspace(0.0, 6.0, 33)
+    trajectory = np.stack([np.cos(t), np.sin(t), 2.0 * np.cos(2.0 * t)], axis=-1)
+    reference = eqxrl.buffers.ReferenceMotion.from_trajectory(trajectory)
+    ppo = eqxrl.PPO(env=pendulum_gravity(), **TINY_PPO)
+    return eqxrl.algorithms.AMP(ppo, reference)
+
+
+ALGORITHMS = {
+    "PQN": lambda: eqxrl.PQN(env=cartpole_gravity(), **TINY_PQN),
+    "IQN": lambda: eqxrl.IQN(env=cartpole_gravity(), **TINY_Q_LEARNING),
+    "TD3": lambda: eqxrl.TD3(
+        env=pendulum_gravity(),
+        num_envs=2,
+        total_timesteps=64,
+        learning_starts=16,
+        batch_size=8,
+        hidden_sizes=(8,),
+    ),
+    "AMP": tiny_amp,
+    "Independent PPO": lambda: eqxrl.multiagent.Independent(
+        eqxrl.PPO(env=treasure_hunt_spawns(), **TINY_PPO)
+    ),
+    "Independent DQN": lambda: eqxrl.multiagent.Independent(
+        eqxrl.DQN(env=treasure_hunt_spawns(), **TINY_Q_LEARNING)
+    ),
+    "MAPPO": lambda: eqxrl.multiagent.MAPPO(
+        eqxrl.PPO(env=treasure_hunt_spawns(), **TINY_PPO),
+        critic_input="agent_specific",
+    ),
+    "VDN": lambda: eqxrl.multiagent.VDN(
+        eqxrl.DQN(env=treasure_hunt_spawns(), **TINY_Q_LEARNING)
+    ),
+    "QMIX": lambda: eqxrl.multiagent.QMIX(
+        eqxrl.DQN(env=treasure_hunt_spawns(), **TINY_Q_LEARNING),
+        embedding_size=8,
+        hypernet_hidden_size=8,
+    ),
+    "PQN-VDN": lambda: eqxrl.multiagent.PQNVDN(
+        eqxrl.PQN(env=treasure_hunt_spawns(), **TINY_PQN)
+    ),
+}
+RANGES = {
+    "gravity": (5.0, 6.0),  # CartPole's (Pendulum's: 12-13)
+    "spawn_probability": (0.04, 0.06),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_reports_the_sampled_parameters(name):
+    algorithm = ALGORITHMS[name]()
+    _, metrics = algorithm.train(jr.key(0))
+    reported = {k: v for k, v in metrics.items() if k.startswith("domain_parameters/")}
+    assert len(reported) == 1, sorted(metrics)
+    ((key, values),) = reported.items()
+    parameter = key.removeprefix("domain_parameters/")
+    low, high = (12.0, 13.0) if name in ("TD3", "AMP") else RANGES[parameter]
+    values = np.asarray(values)
+    # One mean per iteration, over every step of every world.
+    assert values.ndim == 1 and len(values) >= 2, values.shape
+    assert ((low <= values) & (values <= high)).all(), values

@@ -315,6 +315,18 @@ FAULTS: tuple[Fault, ...] = (
         "length) on the step where it ends",
     ),
     Fault(
+        name="environment-metrics-dropped",
+        path="src/eqxrl/algorithms/_metrics.py",
+        find="ENV_METRICS: dict(timestep.extras.get(ENV_METRICS, {})),",
+        replace="ENV_METRICS: {},",
+        tests=(
+            "tests/test_domain_randomization.py::test_ppo_metrics_report_the_sampled_parameters",
+            "tests/test_domain_randomization.py::test_every_algorithm_reports_the_sampled_parameters",
+        ),
+        why="every algorithm's metrics report the environment's own metrics (a "
+        "DomainRandomization's parameters)",
+    ),
+    Fault(
         name="auto-reset-keeps-final-observation",
         path="src/eqxrl/envs/_wrappers.py",
         find="observation=observation,",

@@ -18,7 +18,11 @@ from ._diagnostics import (
 )
 from ._dqn import DQN as DQN, huber_loss as huber_loss
 from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
-from ._metrics import ended_episode_metrics as ended_episode_metrics
+from ._metrics import (
+    ended_episode_metrics as ended_episode_metrics,
+    episode_statistics as episode_statistics,
+    iteration_episode_metrics as iteration_episode_metrics,
+)
 from ._off_policy import (
     AbstractOffPolicyActorCritic as AbstractOffPolicyActorCritic,
     AbstractOffPolicyAlgorithm as AbstractOffPolicyAlgorithm,

@@ -1,6 +1,8 @@
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from ..envs import ENV_METRICS, TimeStep
+
 
 def ended_episode_metrics(
     done: Bool[Array, "*batch"],
@@ -30,3 +32,57 @@ def mean_environment_metrics(
     [`ENV_METRICS`][eqxrl.envs.ENV_METRICS], collected over the iteration's steps):
     each one's mean over every step of every environment, as float32."""
     return {name: jnp.mean(value.astype(jnp.float32)) for name, value in values.items()}
+
+
+def episode_statistics(timestep: TimeStep) -> dict[str, Array | dict[str, Array]]:
+    """What an iteration's episode metrics read of a (batched) step's timestep: the
+    return and length [`EpisodeStatistics`][eqxrl.envs.EpisodeStatistics] recorded
+    (`episode_return`, `episode_length`) and the environment's own metrics
+    (`extras["env_metrics"]`, [`ENV_METRICS`][eqxrl.envs.ENV_METRICS]: domain
+    parameters, a curriculum's difficulty; empty for most environments). Every
+    algorithm's rollout keeps this of each step, and
+    [`iteration_episode_metrics`][eqxrl.algorithms.iteration_episode_metrics]
+    reduces the iteration's steps to its metrics.
+
+    **Arguments:**
+
+    - `timestep`: the timestep a step returned (inside
+      [`AutoReset`][eqxrl.envs.AutoReset] and `EpisodeStatistics`).
+
+    **Returns:**
+
+    `{"episode_return": ..., "episode_length": ..., "env_metrics": {...}}`.
+    """
+    return {
+        "episode_return": timestep.extras["episode_return"],
+        "episode_length": timestep.extras["episode_length"],
+        ENV_METRICS: dict(timestep.extras.get(ENV_METRICS, {})),
+    }
+
+
+def iteration_episode_metrics(
+    done: Bool[Array, "*batch"], statistics: dict[str, Array | dict[str, Array]]
+) -> dict[str, Array]:
+    """An iteration's episode metrics: the mean return and length of the episodes
+    that ended and their count
+    ([`ended_episode_metrics`][eqxrl.algorithms.ended_episode_metrics]), and the
+    mean of each of the environment's own metrics over every step of every
+    environment (`domain_parameters/<name>`, `curriculum/difficulty`).
+
+    **Arguments:**
+
+    - `done`: whether an episode ended at each step (`terminated | truncated`),
+      e.g. `[num_steps, num_envs]`.
+    - `statistics`: [`episode_statistics`][eqxrl.algorithms.episode_statistics] of
+      the same steps, stacked the same way.
+
+    **Returns:**
+
+    `episode_return`, `episode_length` (NaN when no episode ended),
+    `episode_count`, and one scalar per environment metric.
+    """
+    metrics = ended_episode_metrics(
+        done, statistics["episode_return"], statistics["episode_length"]
+    )
+    metrics.update(mean_environment_metrics(statistics[ENV_METRICS]))
+    return metrics

@@ -24,7 +24,6 @@ from .._filters import scan_or_step
 from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
-    ENV_METRICS,
     AbstractEnvironment,
     AutoReset,
     Box,
@@ -35,7 +34,7 @@ from ..envs import (
 from ..nn import RunningMeanStd
 from ._base import AbstractAlgorithm, StateT, with_replay_environment_axes
 from ._checks import refuse_auto_reset
-from ._metrics import ended_episode_metrics, mean_environment_metrics
+from ._metrics import episode_statistics, iteration_episode_metrics
 
 
 class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
@@ -161,14 +160,11 @@ def check_replay_schedule(
 
 
 def episode_step_statistics(next_timestep: TimeStep) -> dict[str, Array]:
-    """What `ended_episode_metrics` needs of a (batched) step: whether an episode
-    ended, and the return and length `EpisodeStatistics` recorded; and the
-    environment's own metrics (`extras["env_metrics"]`, empty for most)."""
+    """What `iteration_episode_metrics` needs of a (batched) step: whether an
+    episode ended, and its `episode_statistics`."""
     return {
         "done": next_timestep.terminated | next_timestep.truncated,
-        "episode_return": next_timestep.extras["episode_return"],
-        "episode_length": next_timestep.extras["episode_length"],
-        ENV_METRICS: dict(next_timestep.extras.get(ENV_METRICS, {})),
+        **episode_statistics(next_timestep),
     }
 
 
@@ -568,12 +564,7 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
         learner = eqx.combine(dynamic, static)
         num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
 
-        metrics = ended_episode_metrics(
-            statistics["done"],
-            statistics["episode_return"],
-            statistics["episode_length"],
-        )
-        metrics.update(mean_environment_metrics(statistics[ENV_METRICS]))
+        metrics = iteration_episode_metrics(statistics["done"], statistics)
         metrics.update(update_statistics)
         metrics.update(self.iteration_metrics(learner))
         state = dataclasses.replace(

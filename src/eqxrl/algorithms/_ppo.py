@@ -21,7 +21,6 @@ from .._random import permutation as random_permutation, split
 from ..buffers import Transition
 from ..distributions import DiagonalGaussian, MaskedCategorical
 from ..envs import (
-    ENV_METRICS,
     AbstractEnvironment,
     AutoReset,
     Box,
@@ -54,7 +53,7 @@ from ._checks import (
     refuse_multi_agent,
     samples_only_valid_actions,
 )
-from ._metrics import ended_episode_metrics, mean_environment_metrics
+from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._purejaxrl_config import purejaxrl_ppo_arguments
 from ._returns import compute_gae
@@ -1634,15 +1633,9 @@ def episode_metrics(transitions: Transition) -> dict[str, Array]:
 
     Means are NaN when no episode ended.
     """
-    metrics = ended_episode_metrics(
-        transitions.terminated | transitions.truncated,
-        transitions.extras["episode_return"],
-        transitions.extras["episode_length"],
+    return iteration_episode_metrics(
+        transitions.terminated | transitions.truncated, transitions.extras
     )
-    # The environment's own metrics (domain parameters, a curriculum's
-    # difficulty): their mean over every step of every environment.
-    metrics.update(mean_environment_metrics(transitions.extras[ENV_METRICS]))
-    return metrics
 
 
 def _transition(
@@ -1662,9 +1655,5 @@ def _transition(
         terminated=next_timestep.terminated,
         truncated=next_timestep.truncated,
         action_mask=timestep.action_mask,
-        extras={
-            "episode_return": next_timestep.extras["episode_return"],
-            "episode_length": next_timestep.extras["episode_length"],
-            ENV_METRICS: dict(next_timestep.extras.get(ENV_METRICS, {})),
-        },
+        extras=episode_statistics(next_timestep),
     )

@@ -42,7 +42,7 @@ from ..nn import (
 )
 from ._base import injected_learning_rate
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
-from ._metrics import ended_episode_metrics
+from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._q_learning import default_encoder
 from ._returns import compute_q_lambda_returns
@@ -89,7 +89,8 @@ class PQNRollout(eqx.Module):
     - `truncation_value`: where the step truncated an episode, the greedy value of
       the episode's final observation (zero elsewhere; a recurrent network reads
       it with the carry of the episode's steps before it).
-    - `extras`: the episode statistics (`episode_return`, `episode_length`).
+    - `extras`: the episode statistics
+      ([`episode_statistics`][eqxrl.algorithms.episode_statistics]).
     - `episode_start`: with a recurrent network, whether `observation` is the
       first of an episode (the network read it with its initial carry), else
       `None`.
@@ -103,7 +104,7 @@ class PQNRollout(eqx.Module):
     truncated: Bool[Array, "*batch"]
     value: Float[Array, "*batch"]
     truncation_value: Float[Array, "*batch"]
-    extras: dict[str, Array]
+    extras: dict[str, Array | dict[str, Array]]
     episode_start: Bool[Array, "*batch"] | None = None
 
 
@@ -240,10 +241,7 @@ def epsilon_greedy_rollout(
             truncated=next_timestep.truncated,
             value=jax.vmap(greedy_value)(q_values, timestep.action_mask),
             truncation_value=extras.pop("at_truncation"),
-            extras={
-                "episode_return": extras["episode_return"],
-                "episode_length": extras["episode_length"],
-            },
+            extras=episode_statistics(next_timestep),
             episode_start=episode_start,
         )
         next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
@@ -594,10 +592,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         network, optimizer_state, statistics = self.learn(
             state.network, state.optimizer_state, loss, rows, update_key
         )
-        metrics = ended_episode_metrics(
-            rollout.terminated | rollout.truncated,
-            rollout.extras["episode_return"],
-            rollout.extras["episode_length"],
+        metrics = iteration_episode_metrics(
+            rollout.terminated | rollout.truncated, rollout.extras
         )
         metrics.update(jtu.tree_map(jnp.mean, statistics))
         metrics["epsilon"] = epsilon

@@ -17,7 +17,6 @@ from .._filters import scan_or_step
 from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
-    ENV_METRICS,
     AbstractEnvironment,
     AbstractSpace,
     AbstractWrapper,
@@ -38,7 +37,7 @@ from ..nn import (
 )
 from ._base import injected_learning_rate, with_replay_environment_axes
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
-from ._metrics import ended_episode_metrics, mean_environment_metrics
+from ._metrics import iteration_episode_metrics
 from ._off_policy import (
     AbstractOffPolicyAlgorithm,
     check_replay_schedule,
@@ -813,12 +812,7 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
             )
         )
 
-        metrics = ended_episode_metrics(
-            statistics["done"],
-            statistics["episode_return"],
-            statistics["episode_length"],
-        )
-        metrics.update(mean_environment_metrics(statistics[ENV_METRICS]))
+        metrics = iteration_episode_metrics(statistics["done"], statistics)
         metrics.update(loss_statistics)
         metrics["epsilon"] = self.epsilon(collected - self.num_envs)
         metrics["learning_rate"] = self.current_learning_rate(optimizer_state)

@@ -8,9 +8,13 @@ from typing import Any, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from ..algorithms import AbstractAlgorithm, ended_episode_metrics
+from ..algorithms import (
+    AbstractAlgorithm,
+    episode_statistics,
+    iteration_episode_metrics,
+)
 from ..envs import (
     FINAL_GLOBAL_STATE,
     GLOBAL_STATE,
@@ -268,19 +272,30 @@ class SharedObservations(AbstractAgentView):
         return with_agent_index(timestep.observation[0], 0, self.num_agents)
 
 
-def team_episode_metrics(episode: dict[str, Array]) -> dict[str, Array]:
+def episode_ends(timestep: TimeStep) -> tuple[Array, dict[str, Any]]:
+    """What the team's episode metrics read of a step of every world: whether an
+    episode ended, and the step's `episode_statistics`."""
+    return timestep.terminated | timestep.truncated, episode_statistics(timestep)
+
+
+def team_episode_metrics(
+    done: Bool[Array, "steps num_envs"], statistics: dict[str, Any]
+) -> dict[str, Array]:
     """Per agent, the mean return of the episodes that ended in an iteration
     (`episode_return`, `[num_agents]`), their sum (`total_episode_return`, the
-    team's return), and the episodes' mean length and count: from the iteration's
-    `done` (`[steps, num_envs]`), `episode_return` (`[steps, num_envs,
-    num_agents]`) and `episode_length`."""
-    returns = jnp.moveaxis(episode["episode_return"], -1, 0)
+    team's return), the episodes' mean length and count, and the worlds' own
+    metrics (domain parameters, a curriculum's difficulty): from the iteration's
+    `done` and its `episode_statistics` (`episode_return` `[steps, num_envs,
+    num_agents]`)."""
     per_agent = jax.vmap(
-        lambda r: ended_episode_metrics(episode["done"], r, episode["episode_length"])
-    )(returns)
-    return {
-        "episode_return": per_agent["episode_return"],
-        "total_episode_return": jnp.sum(per_agent["episode_return"]),
-        "episode_length": per_agent["episode_length"][0],
-        "episode_count": per_agent["episode_count"][0],
-    }
+        lambda r: iteration_episode_metrics(done, {**statistics, "episode_return": r})
+    )(jnp.moveaxis(statistics["episode_return"], -1, 0))
+    returns = per_agent.pop("episode_return")
+    metrics = {"episode_return": returns, "total_episode_return": jnp.sum(returns)}
+    # The episodes' lengths and the worlds' metrics are every agent's. (Lengths
+    # and counts first, in the order programs always computed them: unchanged
+    # programs, by benchmarks/program_hashes.py.)
+    others = sorted(set(per_agent) - {"episode_length", "episode_count"})
+    for name in ("episode_length", "episode_count", *others):
+        metrics[name] = per_agent[name][0]
+    return metrics

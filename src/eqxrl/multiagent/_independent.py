@@ -15,6 +15,7 @@ from ..algorithms import (
 )
 from ..buffers import ReplayBuffer
 from ..envs import (
+    ENV_METRICS,
     AbstractEnvironment,
     AutoReset,
     Box,
@@ -29,6 +30,7 @@ from ._agents import (
     AbstractTeamAlgorithm,
     SharedObservations,
     agent_major,
+    episode_ends,
     every_agent_with_index,
     flat_with_agent_index,
     team_episode_metrics,
@@ -63,15 +65,6 @@ class IndependentState(eqx.Module):
     env_state: PyTree
     key: PRNGKeyArray
     iteration: Int[Array, ""]
-
-
-def _episode_ends(timestep: TimeStep) -> dict[str, Array]:
-    """What the episode metrics need of a step of every world."""
-    return {
-        "done": timestep.terminated | timestep.truncated,
-        "episode_return": timestep.extras["episode_return"],
-        "episode_length": timestep.extras["episode_length"],
-    }
 
 
 def _buffer_axes(buffer: ReplayBuffer, axis: int | None) -> ReplayBuffer:
@@ -281,15 +274,22 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
     ) -> Bool[Array, ""]:
         """Whether any learner diverged (the algorithm's `diverged`, per agent)."""
         learner = self.learner
-        own = {key: metrics[key] for key in self._learner_metric_names(metrics)}
+        own = {
+            key: metrics[key] for key in self._learner_metric_names(state, metrics)
+        }
         if self.one_network:
             return learner.diverged(state.learners, own)
         return jnp.any(eqx.filter_vmap(learner.diverged)(state.learners, own))
 
-    def _learner_metric_names(self, metrics: dict[str, Array]) -> list[str]:
-        episode = {"episode_return", "total_episode_return"}
-        episode |= {"episode_length", "episode_count"}
-        return [key for key in metrics if key not in episode]
+    def _learner_metric_names(
+        self, state: IndependentState, metrics: dict[str, Array]
+    ) -> list[str]:
+        """The metrics of the learners' updates: not the worlds' (their episodes,
+        and the environment's own metrics, which every learner's view holds)."""
+        worlds = {"episode_return", "total_episode_return"}
+        worlds |= {"episode_length", "episode_count"}
+        worlds |= set(state.learners.timestep.extras.get(ENV_METRICS, {}))
+        return [key for key in metrics if key not in worlds]
 
     # --------------------------------------------------------------- iteration
     def train_iteration(
@@ -385,7 +385,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             env_state, timestep = step_worlds(env_state, joint, step_keys)
             next_views = self._views(timestep)
             buffer, statistics = store(buffer, views, action, next_views)
-            episode = _episode_ends(timestep)
+            episode = episode_ends(timestep)
             invalid = statistics.get("invalid_action")
             return (env_state, next_views, buffer), (episode, invalid)
 
@@ -435,7 +435,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
                 invalid = jnp.swapaxes(invalid, 1, 2)
             count = jnp.sum(invalid, axis=(0, 2)).astype(jnp.int32)
             metrics["invalid_action_count"] = count
-        metrics.update(team_episode_metrics(episode))
+        metrics.update(team_episode_metrics(*episode))
 
         # Through tree_at: a stack of states would fail QLearningState's
         # per-learner shape checks.
@@ -545,7 +545,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             return (env_state, next_views, network_carry), (
                 transition,
                 truncation,
-                _episode_ends(timestep),
+                episode_ends(timestep),
             )
 
         one_model = (
@@ -580,7 +580,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
         )
 
         # Episodes are the worlds' (learn's are each agent's view of them).
-        metrics.update(team_episode_metrics(episode))
+        metrics.update(team_episode_metrics(*episode))
         if shared and "invalid_action_count" in metrics:
             # Per agent, as independent learners count them (learn's is the total).
             valid = jnp.take_along_axis(

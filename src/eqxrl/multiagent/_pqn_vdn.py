@@ -81,8 +81,9 @@ class PQNVDNRollout(eqx.Module):
       agent's greedy valid value `max_a Q_i(o_i, a)`.
     - `truncation_value`: where the step truncated an episode, the team's greedy
       value of the episode's final observation (zero elsewhere).
-    - `extras`: the episode statistics (`episode_return` per agent,
-      `episode_length`).
+    - `extras`: the episode statistics
+      ([`episode_statistics`][eqxrl.algorithms.episode_statistics]:
+      `episode_return` per agent).
     - `episode_start`: with recurrent agents, whether `observation` is the first
       of an episode (the agents read it with their initial carries), else `None`.
     """
@@ -95,7 +96,7 @@ class PQNVDNRollout(eqx.Module):
     truncated: Bool[Array, "*batch"]
     value: Float[Array, "*batch"]
     truncation_value: Float[Array, "*batch"]
-    extras: dict[str, Array]
+    extras: dict[str, Array | dict[str, Array]]
     episode_start: Bool[Array, "*batch"] | None = None
 
 
@@ -463,11 +464,7 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
             state.agents, state.optimizer_state, loss, rows, update_key
         )
         metrics = team_episode_metrics(
-            {
-                "done": rollout.terminated | rollout.truncated,
-                "episode_return": rollout.extras["episode_return"],
-                "episode_length": rollout.extras["episode_length"],
-            }
+            rollout.terminated | rollout.truncated, rollout.extras
         )
         metrics.update(jtu.tree_map(jnp.mean, statistics))
         metrics["epsilon"] = epsilon

@@ -50,6 +50,7 @@ from ._agents import (
     AbstractTeamAlgorithm,
     SharedObservations,
     StateT,
+    episode_ends,
     every_agent_with_index,
     team_episode_metrics,
 )
@@ -906,11 +907,7 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
                 buffer = buffer.add(
                     jax.vmap(self._transition)(timestep, action, next_timestep)
                 )
-            episode = {
-                "done": next_timestep.terminated | next_timestep.truncated,
-                "episode_return": next_timestep.extras["episode_return"],
-                "episode_length": next_timestep.extras["episode_length"],
-            }
+            episode = episode_ends(next_timestep)
             return (env_state, next_timestep, buffer, agent_carry), (episode, record)
 
         with skip_action_checks():
@@ -949,7 +946,7 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
             **replay,
         )
         metrics = {
-            **team_episode_metrics(episode),
+            **team_episode_metrics(*episode),
             **metrics,
             "epsilon": dqn.epsilon(collected - num_envs),
             "learning_rate": dqn.current_learning_rate(optimizer_state),
