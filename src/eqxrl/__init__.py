@@ -52,6 +52,8 @@ from .algorithms import (  # noqa: E402
     AbstractAlgorithm as AbstractAlgorithm,
     EntropyCollapseWarning as EntropyCollapseWarning,
     PPOState as PPOState,
+    PQNState as PQNState,
+    QLearningState as QLearningState,
     SACState as SACState,
     TD3State as TD3State,
     TrainResult as TrainResult,

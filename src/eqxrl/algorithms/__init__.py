@@ -57,6 +57,7 @@ from ._returns import (
     compute_gae as compute_gae,
     compute_q_lambda_returns as compute_q_lambda_returns,
 )
+from ._rollout import step_with_truncation_value as step_with_truncation_value
 from ._sac import SAC as SAC, SACState as SACState
 from ._td3 import (
     DDPG as DDPG,

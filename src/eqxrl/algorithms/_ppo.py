@@ -57,6 +57,7 @@ from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._purejaxrl_config import purejaxrl_ppo_arguments
 from ._returns import compute_gae
+from ._rollout import step_with_truncation_value
 from ._row_blocks import cpu_row_blocks, map_over_row_blocks, mean_over_row_blocks
 
 
@@ -1008,14 +1009,12 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
 
         def step_environment(env_state, action, key, carry):
             def truncation_value(final: TimeStep) -> Float[Array, ""]:
-                # A truncated episode could have gone on: GAE bootstraps from the
-                # value of the state it reached. AutoReset calls this with the
-                # episode's final timestep (before the reset), only on steps where
-                # an episode was truncated.
+                # GAE bootstraps a truncated episode from this value.
                 return model.step_value(carry, final.observation)
 
-            env = AutoReset(EpisodeStatistics(self.env), on_truncation=truncation_value)
-            return env.step(env_state, action, key)
+            return step_with_truncation_value(
+                self.env, truncation_value, env_state, action, key
+            )
 
         step_environments = jax.vmap(step_environment)
 
@@ -1026,12 +1025,9 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             network_carry, stored_action, action, log_prob, value = self.act(
                 model, timestep, keys[:, 0], network_carry
             )
-            env_state, next_timestep = step_environments(
+            env_state, next_timestep, truncation_values = step_environments(
                 env_state, action, keys[:, 1], network_carry
             )
-            extras = dict(next_timestep.extras)
-            truncation_values = extras.pop("at_truncation")
-            next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
             transition = self.transition(
                 timestep, stored_action, log_prob, value, next_timestep
             )
@@ -1047,7 +1043,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                     transition,
                     {
                         **transition.extras,
-                        "next_observation": extras["final_observation"],
+                        "next_observation": next_timestep.extras["final_observation"],
                     },
                 )
             return (env_state, next_timestep, network_carry), (

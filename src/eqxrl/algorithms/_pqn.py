@@ -46,6 +46,7 @@ from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._q_learning import default_encoder
 from ._returns import compute_q_lambda_returns
+from ._rollout import step_with_truncation_value
 
 
 class PQNState(eqx.Module):
@@ -185,22 +186,17 @@ def epsilon_greedy_rollout(
     num_envs = timestep.terminated.shape[0]
     recurrent = carry is not None
 
-    def truncation_value(final: TimeStep) -> Float[Array, ""]:
-        # A truncated episode could have gone on: its target bootstraps from
-        # the greedy value of the state it reached (AutoReset calls this with
-        # the final timestep, before the reset).
-        return greedy_value(values(None, final.observation)[1], final.action_mask)
-
-    stepped = AutoReset(EpisodeStatistics(env), on_truncation=truncation_value)
-
-    def step_recurrent_world(world_state, action, world_key, world_carry):
+    def step_world(world_state, action, world_key, world_carry):
         def truncation_value(final: TimeStep) -> Float[Array, ""]:
-            # As above, with the carry after the episode's last step read.
+            # A truncated episode's target bootstraps from the greedy value of the
+            # state it reached (a recurrent network reads it with the carry after
+            # the episode's last step).
             _, q_values = values(world_carry, final.observation)
             return greedy_value(q_values, final.action_mask)
 
-        world = AutoReset(EpisodeStatistics(env), on_truncation=truncation_value)
-        return world.step(world_state, action, world_key)
+        return step_with_truncation_value(
+            env, truncation_value, world_state, action, world_key
+        )
 
     def step(scan_carry, step_key):
         env_state, timestep, world_carry = scan_carry
@@ -222,15 +218,9 @@ def epsilon_greedy_rollout(
         action = jax.vmap(choose, in_axes=(0, 0, None, 0))(
             q_values, uniform, epsilon, timestep.action_mask
         )
-        if recurrent:
-            env_state, next_timestep = jax.vmap(step_recurrent_world)(
-                env_state, action, keys[:, 1], world_carry
-            )
-        else:
-            env_state, next_timestep = jax.vmap(stepped.step)(
-                env_state, action, keys[:, 1]
-            )
-        extras = dict(next_timestep.extras)
+        env_state, next_timestep, truncation_values = jax.vmap(step_world)(
+            env_state, action, keys[:, 1], world_carry
+        )
         reward = next_timestep.reward
         rollout = rollout_type(
             observation=timestep.observation,
@@ -240,11 +230,10 @@ def epsilon_greedy_rollout(
             terminated=next_timestep.terminated,
             truncated=next_timestep.truncated,
             value=jax.vmap(greedy_value)(q_values, timestep.action_mask),
-            truncation_value=extras.pop("at_truncation"),
+            truncation_value=truncation_values,
             extras=episode_statistics(next_timestep),
             episode_start=episode_start,
         )
-        next_timestep = eqx.tree_at(lambda t: t.extras, next_timestep, extras)
         return (env_state, next_timestep, world_carry), rollout
 
     # Epsilon-greedy actions are valid actions: the environment need not check.

@@ -12,14 +12,13 @@ from ..algorithms import (
     AbstractQLearning,
     PPOState,
     QLearningState,
+    step_with_truncation_value,
 )
 from ..buffers import ReplayBuffer
 from ..envs import (
     ENV_METRICS,
     AbstractEnvironment,
-    AutoReset,
     Box,
-    EpisodeStatistics,
     TimeStep,
     num_agents_of,
     skip_action_checks,
@@ -274,9 +273,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
     ) -> Bool[Array, ""]:
         """Whether any learner diverged (the algorithm's `diverged`, per agent)."""
         learner = self.learner
-        own = {
-            key: metrics[key] for key in self._learner_metric_names(state, metrics)
-        }
+        own = {key: metrics[key] for key in self._learner_metric_names(state, metrics)}
         if self.one_network:
             return learner.diverged(state.learners, own)
         return jnp.any(eqx.filter_vmap(learner.diverged)(state.learners, own))
@@ -512,10 +509,9 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
                     models, world_carry, views
                 )
 
-            env = AutoReset(
-                EpisodeStatistics(self.env), on_truncation=truncation_values
+            return step_with_truncation_value(
+                self.env, truncation_values, env_state, action, key
             )
-            return env.step(env_state, action, key)
 
         step_worlds = jax.vmap(step_world)
         act = agents(ppo.act, in_axes=(0, 0, 0, 0))
@@ -531,15 +527,13 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             network_carry, stored_action, action, log_prob, value = act(
                 models, views, action_keys, network_carry
             )
-            env_state, timestep = step_worlds(
+            env_state, timestep, truncation = step_worlds(
                 env_state,
                 self._joint_action(action),
                 step_keys,
                 jax.tree.map(self._joint_action, network_carry),
             )
-            extras = dict(timestep.extras)
-            truncation = self._learner_columns(extras.pop("at_truncation"))
-            timestep = eqx.tree_at(lambda t: t.extras, timestep, extras)
+            truncation = self._learner_columns(truncation)
             next_views = self._views(timestep)
             transition = record(views, stored_action, log_prob, value, next_views)
             return (env_state, next_views, network_carry), (
