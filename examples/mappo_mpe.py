@@ -10,7 +10,7 @@ Three agents must cover three landmarks without colliding; every agent gets the
 team's reward (minus its own collisions), so the return printed is the team's (the
 sum over agents) per 25-step episode. The agents share one recurrent actor-critic
 (JaxMARL's "homogeneous" MAPPO; the actor reads its agent's observation and one-hot
-index, through a GRU of 128 units): centralised training, decentralised execution.
+index, through a GRU of 128 units): centralized training, decentralized execution.
 Its critic, used only in training, reads the global state (for MPE, which has no
 world state of its own, every agent's observation concatenated, as JaxMARL's
 `MPEWorldStateWrapper` gives its critic).

@@ -1,6 +1,6 @@
-"""MAPPO: a centralised critic (global state, concatenated observations, or
+"""MAPPO: a centralized critic (global state, concatenated observations, or
 agent-specific state), shared or per-agent parameters, recurrent networks, the
-world-major layout as a trace-time error, and decentralised policies."""
+world-major layout as a trace-time error, and decentralized policies."""
 
 import functools
 import json
@@ -15,7 +15,7 @@ import pytest
 
 import eqxrl
 from eqxrl.envs import GLOBAL_STATE, TimeLimit, TreasureHunt
-from eqxrl.multiagent import MAPPO, DecentralisedPolicy
+from eqxrl.multiagent import MAPPO, DecentralizedPolicy
 from eqxrl.nn import ActorCriticCarry, GRUActorCritic
 
 # optax.adam computes `b1 ** count` with an int32 count.
@@ -101,7 +101,7 @@ def test_the_critic_sees_the_global_state_and_the_policy_does_not(share_paramete
     assert np.abs(np.asarray(changed) - np.asarray(values)).min() > 1e-6
     # Acting reads the agents' own observations only: one action per agent.
     policy = algorithm.policy(state, deterministic=True)
-    assert isinstance(policy, DecentralisedPolicy)
+    assert isinstance(policy, DecentralizedPolicy)
     actions = policy(timestep.observation[0], jr.key(2), timestep.action_mask)
     assert actions.shape == (2,)
     alone = algorithm.policy(state, deterministic=True, agent=1)
@@ -223,11 +223,11 @@ def test_a_shared_actor_is_one_copy_on_every_agent_and_the_critic_differs():
     assert_one_part_is_one_copy(state, share_critic=False)
 
 
-def test_synchronised_gradients_are_the_team_mean_under_one_clip():
+def test_synchronized_gradients_are_the_team_mean_under_one_clip():
     """Two agents' gradients through the transformation, vmapped over the agent
     axis: the shared leaf becomes their mean on both, and one scale brings the
     largest agent's norm to the clip."""
-    transform = eqxrl.multiagent.synchronised_shared_gradients(
+    transform = eqxrl.multiagent.synchronized_shared_gradients(
         lambda tree: {"shared": True, "own": False}, jnp.float32(1.0)
     )
     gradients = {
@@ -521,3 +521,16 @@ def test_mappo_on_agents_that_differ_never_takes_a_padding_action():
         keys
     )
     assert int(np.asarray(actions[:, 0]).max()) < 3  # the speaker's own 3 actions
+
+
+def test_old_british_spellings_are_deprecated_aliases():
+    for old, new in (
+        ("CentralisedCriticView", "CentralizedCriticView"),
+        ("DecentralisedPolicy", "DecentralizedPolicy"),
+        ("synchronised_shared_gradients", "synchronized_shared_gradients"),
+    ):
+        with pytest.warns(DeprecationWarning, match=f"use eqxrl.multiagent.{new}"):
+            alias = getattr(eqxrl.multiagent, old)
+        assert alias is getattr(eqxrl.multiagent, new)
+    with pytest.raises(AttributeError, match="no attribute 'Centralized'"):
+        eqxrl.multiagent.Centralized  # noqa: B018

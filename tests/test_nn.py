@@ -245,3 +245,42 @@ def test_batch_size_hint_drops_matrix_products_of_small_batches_on_cpu():
     else:
         assert counts[0] == plain
     assert _dot_count(_logits_and_values, network, observations) == plain  # reset
+
+
+def test_from_env_builds_each_algorithm_s_default_network():
+    """`from_env` of the MLP actor-critics and Q-networks is what PPO, DQN, IQN
+    and PQN build by default (the same weights from the same key), so passing it as
+    `network_factory` names the default network."""
+    import functools
+
+    import equinox as eqx
+
+    import eqxrl
+    from eqxrl.nn import ImplicitQuantileNetwork, MLPQNetwork
+
+    cartpole = eqxrl.envs.make("CartPole-v1")
+    pendulum = eqxrl.envs.make("Pendulum-v1")
+    cases = [
+        (eqxrl.PPO, cartpole, MLPActorCritic.from_env),
+        (eqxrl.PPO, pendulum, MLPGaussianActorCritic.from_env),
+        (eqxrl.DQN, cartpole, MLPQNetwork.from_env),
+        # IQN acts on the mean of 8 quantiles, PQN's Q-networks are 256 wide and
+        # normalize their layers: the algorithms' own defaults.
+        (
+            eqxrl.IQN,
+            cartpole,
+            functools.partial(ImplicitQuantileNetwork.from_env, num_acting_quantiles=8),
+        ),
+        (
+            eqxrl.PQN,
+            cartpole,
+            functools.partial(
+                MLPQNetwork.from_env, hidden_sizes=(256, 256), layer_norm=True
+            ),
+        ),
+    ]
+    key = jr.key(3)
+    for algorithm, env, factory in cases:
+        default = algorithm(env=env).make_network(key)
+        named = algorithm(env=env, network_factory=factory).make_network(key)
+        assert eqx.tree_equal(default, named), (algorithm, env)

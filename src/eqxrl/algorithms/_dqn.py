@@ -8,7 +8,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 from .._config import in_range
 from ..buffers import ReplaySample
 from ..nn import AbstractQNetwork, MLPQNetwork
-from ._q_learning import AbstractQLearning, bootstrap_action_value, default_encoder
+from ._q_learning import AbstractQLearning, bootstrap_action_value
 
 
 class DQN(AbstractQLearning):
@@ -64,14 +64,8 @@ class DQN(AbstractQLearning):
         """The initial Q-network: `network_factory(env, key)` or an `MLPQNetwork`."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
-        encoder, observation_size = default_encoder(self.env.observation_space, key)
-        return MLPQNetwork(
-            observation_size,
-            self.env.action_space.num_values,
-            hidden_sizes=self.hidden_sizes,
-            dueling=self.dueling,
-            encoder=encoder,
-            key=key,
+        return MLPQNetwork.from_env(
+            self.env, key, hidden_sizes=self.hidden_sizes, dueling=self.dueling
         )
 
     def loss(

@@ -16,7 +16,7 @@ from ..nn import (
     has_noisy_layers,
     sample_noise,
 )
-from ._q_learning import AbstractQLearning, default_encoder
+from ._q_learning import AbstractQLearning
 
 
 def quantile_huber_loss(
@@ -174,10 +174,9 @@ class IQN(AbstractQLearning):
         `ImplicitQuantileNetwork`."""
         if self.network_factory is not None:
             return self.network_factory(self.env, key)
-        encoder, observation_size = default_encoder(self.env.observation_space, key)
-        return ImplicitQuantileNetwork(
-            observation_size,
-            self.env.action_space.num_values,
+        return ImplicitQuantileNetwork.from_env(
+            self.env,
+            key,
             hidden_sizes=self.hidden_sizes,
             head_sizes=self.head_sizes,
             num_cosines=self.num_cosines,
@@ -185,8 +184,6 @@ class IQN(AbstractQLearning):
             dueling=self.dueling,
             noisy=self.noisy,
             sigma_init=self.sigma_init,
-            encoder=encoder,
-            key=key,
         )
 
     def loss(

@@ -625,18 +625,9 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
                 **gaussian,
                 key=key,
             )
-        observation_size = math.prod(self.env.observation_space.shape)
         if isinstance(action_space, Box):
-            return MLPGaussianActorCritic(
-                observation_size,
-                math.prod(action_space.shape),
-                **sizes,
-                **gaussian,
-                key=key,
-            )
-        return MLPActorCritic(
-            observation_size, action_space.num_values, **sizes, key=key
-        )
+            return MLPGaussianActorCritic.from_env(self.env, key, **sizes, **gaussian)
+        return MLPActorCritic.from_env(self.env, key, **sizes)
 
     def _check_gaussian_options(self) -> None:
         """The default network's options: not with `network_factory`; the Gaussian

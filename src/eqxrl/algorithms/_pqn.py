@@ -44,7 +44,6 @@ from ._base import injected_learning_rate
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
 from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
-from ._q_learning import default_encoder
 from ._returns import compute_q_lambda_returns
 from ._rollout import step_with_truncation_value
 
@@ -451,14 +450,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             )
         if is_grid_space(self.env.observation_space):
             return CNNQNetwork.from_env(self.env, key, layer_norm=self.layer_norm)
-        encoder, observation_size = default_encoder(self.env.observation_space, key)
-        return MLPQNetwork(
-            observation_size,
-            self.env.action_space.num_values,  # pyright: ignore[reportAttributeAccessIssue]
-            hidden_sizes=self.hidden_sizes,
-            encoder=encoder,
-            layer_norm=self.layer_norm,
-            key=key,
+        return MLPQNetwork.from_env(
+            self.env, key, hidden_sizes=self.hidden_sizes, layer_norm=self.layer_norm
         )
 
     def make_optimizer(self) -> optax.GradientTransformation:

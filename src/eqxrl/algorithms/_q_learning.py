@@ -18,10 +18,8 @@ from .._random import split as random_split, uniform as random_uniform
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
     AbstractEnvironment,
-    AbstractSpace,
     AbstractWrapper,
     AutoReset,
-    Box,
     Discrete,
     EpisodeStatistics,
     TimeStep,
@@ -31,7 +29,6 @@ from ..envs import (
 from ..nn import (
     AbstractQNetwork,
     EpsilonGreedyPolicy,
-    ObservationEncoder,
     epsilon_greedy_action,
     greedy_action,
 )
@@ -96,20 +93,6 @@ def _with_final_action_mask(timestep: TimeStep) -> TimeStep:
     extras = dict(timestep.extras)
     extras["final_action_mask"] = timestep.action_mask
     return eqx.tree_at(lambda t: t.extras, timestep, extras)
-
-
-def default_encoder(
-    space: AbstractSpace, key: PRNGKeyArray
-) -> tuple[ObservationEncoder | None, int]:
-    """The default Q-networks' observation features: `Box` observations flattened
-    (no encoder), any other space through an
-    [`ObservationEncoder`][eqxrl.nn.ObservationEncoder] (one-hot `Discrete`
-    leaves, a CNN for image leaves); and the number of features."""
-    if isinstance(space, Box):
-        return None, math.prod(space.shape)
-    # A key of its own, so that Box observations keep their initial weights.
-    encoder = ObservationEncoder(space, key=jr.fold_in(key, 1))
-    return encoder, encoder.num_features
 
 
 def bootstrap_action_value(

@@ -297,7 +297,7 @@ class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
       other than `None`) puts it in every timestep as
       `timestep.extras["global_state"]` (the key is
       [`GLOBAL_STATE`][eqxrl.envs.GLOBAL_STATE]): one float32 array of that space's
-      shape about the whole world, with no agent axis. Centralised critics and
+      shape about the whole world, with no agent axis. Centralized critics and
       mixers ([`MAPPO`][eqxrl.multiagent.MAPPO]) read it.
 
     Subclasses declare `num_agents` (a field or a property: a Python int, since it
@@ -330,7 +330,7 @@ class AbstractMultiAgentEnvironment(AbstractEnvironment[StateT]):
         `timestep.extras["global_state"]`, or `None` (the default) when it declares
         none.
 
-        The global state describes the whole world for centralised training (a
+        The global state describes the whole world for centralized training (a
         critic or a mixer that sees more than any one agent), so it has no agent
         axis: float32 of `global_state_space.shape`. Override this property to
         declare one; [`check_environment`][eqxrl.envs.check_environment] checks the

@@ -192,7 +192,7 @@ class AutoReset(AbstractWrapper):
         state, timestep = self.env.step(state, action, step_key)
         done = timestep.terminated | timestep.truncated
         # What a reset renews (a global state, like the observation, is the new
-        # episode's: a centralised critic reads it beside the observations).
+        # episode's: a centralized critic reads it beside the observations).
         global_state = timestep.extras.get(GLOBAL_STATE)
         stepped = (state, timestep.observation, timestep.action_mask, global_state)
         hook = self.on_truncation

@@ -1,6 +1,6 @@
 """Several agents in one world, trained in one compiled program: independent
 learners (one model per agent stacked on a leading agent axis, or one shared),
-MAPPO's centralised critics on the same machinery, and cooperative value
+MAPPO's centralized critics on the same machinery, and cooperative value
 decomposition (VDN, QMIX, PQN-VDN)."""
 
 from ._agents import AbstractTeamAlgorithm as AbstractTeamAlgorithm
@@ -11,9 +11,9 @@ from ._independent import (
 )
 from ._mappo import (
     MAPPO as MAPPO,
-    CentralisedCriticView as CentralisedCriticView,
-    DecentralisedPolicy as DecentralisedPolicy,
-    synchronised_shared_gradients as synchronised_shared_gradients,
+    CentralizedCriticView as CentralizedCriticView,
+    DecentralizedPolicy as DecentralizedPolicy,
+    synchronized_shared_gradients as synchronized_shared_gradients,
 )
 from ._policy import (
     IndependentPolicy as IndependentPolicy,
@@ -35,3 +35,26 @@ from ._value_decomposition import (
     SumMixer as SumMixer,
     ValueDecompositionState as ValueDecompositionState,
 )
+
+# Names renamed to American spelling (as `normalize`), kept for one release.
+_DEPRECATED_NAMES = {
+    "CentralisedCriticView": "CentralizedCriticView",
+    "DecentralisedPolicy": "DecentralizedPolicy",
+    "synchronised_shared_gradients": "synchronized_shared_gradients",
+}
+
+
+def __getattr__(name: str):
+    """The renamed names' old spellings: the new objects, with a warning."""
+    if name in _DEPRECATED_NAMES:
+        import warnings
+
+        new_name = _DEPRECATED_NAMES[name]
+        warnings.warn(
+            f"eqxrl.multiagent.{name} is deprecated and will be removed in the next "
+            f"release: use eqxrl.multiagent.{new_name}.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new_name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""MAPPO: PPO with a centralised critic (centralised training, decentralised
+"""MAPPO: PPO with a centralized critic (centralized training, decentralized
 execution), on the independent learners' machinery."""
 
 import dataclasses
@@ -49,7 +49,7 @@ CRITIC_INPUTS: tuple[str, ...] = ("global_state", "concatenated", "agent_specifi
 _TEAM_CLIP_MARGIN = 1.0 - 1e-4
 
 
-def synchronised_shared_gradients(
+def synchronized_shared_gradients(
     shared_mask: Callable[[PyTree], PyTree[bool]], max_grad_norm: Float[Array, ""]
 ) -> optax.GradientTransformation:
     """The gradient transformation of [`MAPPO`][eqxrl.multiagent.MAPPO]'s learners
@@ -130,7 +130,7 @@ def _check_world(observation: PyTree[Array], num_agents: int, where: str) -> Non
             )
 
 
-class CentralisedCriticView(AbstractAgentView):
+class CentralizedCriticView(AbstractAgentView):
     """What a [`MAPPO`][eqxrl.multiagent.MAPPO] network reads of a multi-agent
     environment: a `Dict` observation with the agent's own observation
     (`"observation"`), its one-hot index when the agents share the network
@@ -195,8 +195,8 @@ class CentralisedCriticView(AbstractAgentView):
 
 
 class MAPPO(AbstractPerAgentLearners):
-    """Multi-agent PPO with a centralised critic (Yu et al., 2022): centralised
-    training, decentralised execution.
+    """Multi-agent PPO with a centralized critic (Yu et al., 2022): centralized
+    training, decentralized execution.
 
     Every agent's actor acts on its own observation, as in independent PPO
     ([`Independent`][eqxrl.multiagent.Independent]`(PPO)`); its critic, used only
@@ -212,7 +212,7 @@ class MAPPO(AbstractPerAgentLearners):
       index appended (each agent's critic values its own return).
 
     The network is PPO's, asymmetric: its observation is a `Dict`
-    ([`CentralisedCriticView`][eqxrl.multiagent.CentralisedCriticView]) whose
+    ([`CentralizedCriticView`][eqxrl.multiagent.CentralizedCriticView]) whose
     `"observation"` (and, with shared parameters, the one-hot `"agent"` index)
     only the actor reads and whose `"critic"` only the critic reads, with encoders
     (and, for recurrent networks, cells) of their own. PPO's default network is
@@ -230,7 +230,7 @@ class MAPPO(AbstractPerAgentLearners):
     critic apart from the actor: with a shared actor and per-agent critics (or the
     reverse), the learners are stacked on the agent axis, each with a copy of the
     shared part that
-    [`synchronised_shared_gradients`][eqxrl.multiagent.synchronised_shared_gradients]
+    [`synchronized_shared_gradients`][eqxrl.multiagent.synchronized_shared_gradients]
     keeps equal to the others (one gradient, the team's, and one clip), so the
     copies train as one network on every agent's data. This needs a network whose
     critic has parameters of its own (`critic_mask`; PPO's default networks and
@@ -358,16 +358,16 @@ class MAPPO(AbstractPerAgentLearners):
         return eqx.tree_at(lambda s: s.model, learners, model)
 
     @property
-    def view(self) -> CentralisedCriticView:
+    def view(self) -> CentralizedCriticView:
         """What the network reads: the environment as a
-        [`CentralisedCriticView`][eqxrl.multiagent.CentralisedCriticView]."""
-        return CentralisedCriticView(
+        [`CentralizedCriticView`][eqxrl.multiagent.CentralizedCriticView]."""
+        return CentralizedCriticView(
             self.env, self.num_agents, self.critic_input, self.share_parameters
         )
 
     @property
     def learner(self) -> PPO:
-        """The PPO every learner runs: the algorithm on the centralised-critic
+        """The PPO every learner runs: the algorithm on the centralized-critic
         view, its network reading `"observation"` (and `"agent"`) in the actor and
         `"critic"` in the critic."""
         actor_keys = (OBSERVATION, AGENT) if self.share_parameters else (OBSERVATION,)
@@ -375,7 +375,7 @@ class MAPPO(AbstractPerAgentLearners):
         if self.share_parameters != self.critic_shared:
             ppo = dataclasses.replace(
                 ppo,
-                gradient_transform=synchronised_shared_gradients(
+                gradient_transform=synchronized_shared_gradients(
                     self._shared_part, ppo.max_grad_norm
                 ),
             )
@@ -469,7 +469,7 @@ class MAPPO(AbstractPerAgentLearners):
         deterministic: bool = False,
         agent: int | None = None,
     ) -> AbstractPolicy:
-        """The agents' decentralised policy, from a training state: it acts on the
+        """The agents' decentralized policy, from a training state: it acts on the
         agents' own observations (the critic, and so the global state, is for
         training only).
 
@@ -483,7 +483,7 @@ class MAPPO(AbstractPerAgentLearners):
 
         **Returns:**
 
-        A [`DecentralisedPolicy`][eqxrl.multiagent.DecentralisedPolicy].
+        A [`DecentralizedPolicy`][eqxrl.multiagent.DecentralizedPolicy].
         """
         inner = AbstractPerAgentLearners.policy(self, state, deterministic, agent)
         if isinstance(inner, SharedPolicy):
@@ -493,7 +493,7 @@ class MAPPO(AbstractPerAgentLearners):
         else:  # one agent's own policy
             policy = inner
         critic = critic_space(self.env, self.num_agents, self.critic_input)
-        return DecentralisedPolicy(
+        return DecentralizedPolicy(
             policy=policy,
             num_agents=self.num_agents,
             agent=agent,
@@ -503,7 +503,7 @@ class MAPPO(AbstractPerAgentLearners):
         )
 
 
-class DecentralisedPolicy(AbstractPolicy):
+class DecentralizedPolicy(AbstractPolicy):
     """The acting part of a [`MAPPO`][eqxrl.multiagent.MAPPO] network: each agent
     acts on its own observation. The network's input is built from it (with the
     one-hot agent index when the agents share the network); the critic's input,

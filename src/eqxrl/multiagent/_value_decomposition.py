@@ -805,7 +805,7 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
         self, state: ValueDecompositionState, deterministic: bool = False
     ) -> AbstractPolicy:
         """The agents' joint policy (one multi-agent observation in, one action per
-        agent out; decentralised: each agent reads its own observation, never the
+        agent out; decentralized: each agent reads its own observation, never the
         global state): greedy (`deterministic`) or epsilon-greedy with the
         exploration rate reached at `state`.
 
@@ -1110,8 +1110,8 @@ class QMIX(AbstractValueDecomposition):
     hypernetworks compute from the global state
     ([`MonotonicMixer`][eqxrl.multiagent.MonotonicMixer]). Monotonicity makes the
     agents' own greedy actions the team's greedy joint action, so the agents act
-    on their own observations (decentralised execution) while the mixer learns
-    from the world's state (centralised training).
+    on their own observations (decentralized execution) while the mixer learns
+    from the world's state (centralized training).
 
     The loop is [`VDN`][eqxrl.multiagent.VDN]'s (read it for the replay buffer of
     joint transitions, the team reward and the targets) with this mixer, the target

@@ -304,6 +304,23 @@ class MLPActorCritic(AbstractActorCritic):
     critic: list[eqx.nn.Linear]
     activation: Callable[[Array], Array] = eqx.field(static=True)
 
+    @classmethod
+    def from_env(cls, env: Any, key: PRNGKeyArray, **options: Any) -> "MLPActorCritic":
+        """The network for an environment's (flattened) `Box` observations and
+        `Discrete` actions: PPO's default, and a `network_factory` that
+        checkpoints, configs and `eqxrl eval` can name.
+
+        **Arguments:**
+
+        - `env`: an environment with `Box` observations and `Discrete` actions.
+        - `key`: a PRNG key for the initial weights.
+        - `**options`: the constructor's other arguments (`hidden_sizes`,
+          `activation`, ...).
+        """
+        observation_size = math.prod(env.observation_space.shape)
+        num_actions = env.action_space.num_values
+        return cls(observation_size, num_actions, key=key, **options)
+
     def __init__(
         self,
         observation_size: int,
@@ -404,6 +421,24 @@ class MLPGaussianActorCritic(AbstractActorCritic):
     action_size: int = eqx.field(static=True)
     squash: bool = eqx.field(static=True)
     std_parameterization: StdParameterization = eqx.field(static=True)
+
+    @classmethod
+    def from_env(
+        cls, env: Any, key: PRNGKeyArray, **options: Any
+    ) -> "MLPGaussianActorCritic":
+        """The network for an environment's (flattened) `Box` observations and
+        `Box` actions: PPO's default there, and a nameable `network_factory`.
+
+        **Arguments:**
+
+        - `env`: an environment with `Box` observations and actions.
+        - `key`: a PRNG key for the initial weights.
+        - `**options`: the constructor's other arguments (`hidden_sizes`,
+          `squash`, `state_dependent_std`, ...).
+        """
+        observation_size = math.prod(env.observation_space.shape)
+        action_size = math.prod(env.action_space.shape)
+        return cls(observation_size, action_size, key=key, **options)
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._random import uniform as random_uniform
+from ..envs import AbstractSpace, Box
 from ._cnn import valid_patches
 from ._multi_input import ObservationEncoder
 from ._noisy import NoisyLinear
@@ -136,6 +137,30 @@ def _apply_linear(
     return y + jnp.broadcast_to(layer.bias, y.shape)
 
 
+def default_encoder(
+    space: AbstractSpace, key: PRNGKeyArray
+) -> tuple[ObservationEncoder | None, int]:
+    """The default Q-networks' observation features: `Box` observations flattened
+    (no encoder), any other space through an
+    [`ObservationEncoder`][eqxrl.nn.ObservationEncoder] (one-hot `Discrete`
+    leaves, a CNN for image leaves); and the number of features."""
+    if isinstance(space, Box):
+        return None, math.prod(space.shape)
+    # A key of its own, so that Box observations keep their initial weights.
+    encoder = ObservationEncoder(space, key=jr.fold_in(key, 1))
+    return encoder, encoder.num_features
+
+
+def _flat_or_encoded(network_class: type, env: Any, key: PRNGKeyArray, options):
+    """`network_class` on an environment's observations, flattened or encoded
+    (`default_encoder`), with one output per `Discrete` action."""
+    encoder, observation_size = default_encoder(env.observation_space, key)
+    num_actions = env.action_space.num_values
+    return network_class(
+        observation_size, num_actions, encoder=encoder, key=key, **options
+    )
+
+
 class MLPQNetwork(AbstractQNetwork):
     """A multi-layer perceptron from a flattened observation to one value per action.
 
@@ -170,6 +195,22 @@ class MLPQNetwork(AbstractQNetwork):
     activation: Callable[[Array], Array] = eqx.field(static=True)
     encoder: ObservationEncoder | None = None
     layer_norms: list[eqx.nn.LayerNorm] | None = None
+
+    @classmethod
+    def from_env(cls, env: Any, key: PRNGKeyArray, **options: Any) -> "MLPQNetwork":
+        """The network for an environment's observations (`Box` ones flattened,
+        any other space through an [`ObservationEncoder`][eqxrl.nn.ObservationEncoder])
+        and `Discrete` actions: DQN's and PQN's default, and a `network_factory`
+        that checkpoints, configs and `eqxrl eval` can name.
+
+        **Arguments:**
+
+        - `env`: an environment with a `Discrete` action space.
+        - `key`: a PRNG key for the initial weights.
+        - `**options`: the constructor's other arguments (`hidden_sizes`,
+          `dueling`, `layer_norm`, ...).
+        """
+        return _flat_or_encoded(cls, env, key, options)
 
     def __init__(
         self,
@@ -413,6 +454,23 @@ class ImplicitQuantileNetwork(AbstractQuantileNetwork):
     num_acting_quantiles: int = eqx.field(static=True)
     activation: Callable[[Array], Array] = eqx.field(static=True)
     encoder: ObservationEncoder | None = None
+
+    @classmethod
+    def from_env(
+        cls, env: Any, key: PRNGKeyArray, **options: Any
+    ) -> "ImplicitQuantileNetwork":
+        """The network for an environment's observations (as
+        [`MLPQNetwork.from_env`][eqxrl.nn.MLPQNetwork.from_env]) and `Discrete`
+        actions: IQN's default, and a nameable `network_factory`.
+
+        **Arguments:**
+
+        - `env`: an environment with a `Discrete` action space.
+        - `key`: a PRNG key for the initial weights.
+        - `**options`: the constructor's other arguments (`hidden_sizes`,
+          `head_sizes`, `num_cosines`, `noisy`, ...).
+        """
+        return _flat_or_encoded(cls, env, key, options)
 
     def __init__(
         self,

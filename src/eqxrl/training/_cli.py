@@ -333,7 +333,7 @@ def _train_parser(algo: str, fields: list[ConfigField]) -> _Parser:
         choices=MAPPO.critic_inputs,
         default=argparse.SUPPRESS,
         help="multi-agent environments with PPO: MAPPO (eqxrl.multiagent.MAPPO), "
-        "a centralised critic reading the global state, every agent's observations "
+        "a centralized critic reading the global state, every agent's observations "
         "concatenated, or the global state with the agent's index (default: "
         "independent PPO, each critic reading its agent's observation)",
     )
@@ -488,7 +488,7 @@ def _train(argv: Sequence[str]) -> int:
         if num_agents_of(env) is not None and critic_input is not None:
             if cls is not PPO:
                 raise ValueError(
-                    f"--critic-input: a centralised critic is MAPPO's, which trains "
+                    f"--critic-input: a centralized critic is MAPPO's, which trains "
                     f"PPO, not {cls.__name__}; use --algo ppo or drop the flag."
                 )
             return MAPPO(
@@ -569,7 +569,7 @@ def _value_decomposition(
     if critic_input is not None:
         raise ValueError(
             f"--mixer {name} and --critic-input: a mixer is for DQN's agents, a "
-            "centralised critic for MAPPO's (--algo ppo); keep one."
+            "centralized critic for MAPPO's (--algo ppo); keep one."
         )
     if isinstance(algorithm, PQN):
         return PQNVDN(algorithm, share_parameters=share_parameters)

@@ -142,7 +142,7 @@ class TreasureHunt(AbstractMultiAgentEnvironment[TreasureHuntState]):
     agent with the defaults: 5 frames of 3 x 5 x 5).
 
     **Global state** (`timestep.extras["global_state"]`, float32 `[height, width,
-    channels]`): the whole grid in the same encoding, for centralised critics and
+    channels]`): the whole grid in the same encoding, for centralized critics and
     mixers ([`global_state_space`][eqxrl.envs.TreasureHunt.global_state_space]).
 
     **Where this port differs from Sorrel**, on purpose:
@@ -276,7 +276,7 @@ class TreasureHunt(AbstractMultiAgentEnvironment[TreasureHuntState]):
         """The whole grid, every cell in the observations' encoding:
         `[height, width, num_channels]` in `[0, 1]` (agents all read as the agent
         code; which one is where is in their observations). Every timestep carries it
-        as `extras["global_state"]`, for centralised critics and mixers."""
+        as `extras["global_state"]`, for centralized critics and mixers."""
         return Box(0.0, 1.0, shape=(self.height, self.width, self.num_channels))
 
     @property
