@@ -1616,7 +1616,10 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
 
 
 def episode_metrics(transitions: Transition) -> dict[str, Array]:
-    """Mean return and length of the episodes that ended in a rollout, and their count.
+    """Mean return and length of the episodes that ended in a rollout, and their count,
+    and the mean of each of the environment's own metrics
+    ([`iteration_episode_metrics`][eqxrl.algorithms.iteration_episode_metrics] of
+    the transitions).
 
     Means are NaN when no episode ended.
     """
