@@ -18,9 +18,10 @@ faster):
    Peer: Jumanji's `Snake-v1` with its `AutoResetWrapper`.
 3. `value_based`: DQN and IQN at rejax's CartPole settings (`value_based.py`), the
    first `--dqn-steps` / `--iqn-steps` steps. Peer: rejax's `DQN` and `IQN`.
-4. `treasure_hunt`: Sorrel's experiment (`eqxrl.multiagent.sorrel_iqn`: 2 agents,
-   epochs of 100 turns, one gradient step per agent per epoch), one world and
-   1,024 worlds, in epochs per second. Peer: Sorrel 1.6.0's own `treasurehunt`
+4. `treasure_hunt`: Sorrel's experiment
+   (`eqxrl.multiagent.Independent.from_sorrel`: 2 agents, epochs of 100 turns,
+   one gradient step per agent per epoch), one world and 1,024 worlds, in epochs
+   per second. Peer: Sorrel 1.6.0's own `treasurehunt`
    (`run_experiment`, no animation or logging), for `--sorrel-epochs` epochs.
 5. `brax`: PPO and SAC on Brax's `inverted_pendulum` (`--brax-backend`, default
    `spring`) at Brax's settings, `brax_trainers.py`'s comparison (one seed per round,
@@ -667,7 +668,9 @@ def row_treasure_hunt(sizes: dict, options) -> list[dict]:
         # trains Sorrel's one-world experiment).
         programs = programs[1:]
     for worlds, epochs in programs:
-        learners = eqxrl.multiagent.sorrel_iqn(env, num_epochs=epochs, num_envs=worlds)
+        learners = eqxrl.multiagent.Independent.from_sorrel(
+            env, num_epochs=epochs, num_envs=worlds
+        )
         ours = eqxrl_train(learners, worlds * epochs)
         peer = sorrel_program(sizes["sorrel_epochs"]) if why is None else None
         results.append(

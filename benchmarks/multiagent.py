@@ -5,15 +5,15 @@ against JaxMARL's own IPPO baseline, and MAPPO, VDN and QMIX against JaxMARL's.
 Parts (`--parts`, default all); compile time is reported apart from run time:
 
 - `sorrel`: Sorrel 1.6.0's `treasurehunt` experiment, its agents' IQN settings
-  (`eqxrl.multiagent.sorrel_iqn`): 2 agents, 1000 epochs of 100 turns in one
-  world. The wall time of one seed (the whole run, one compiled program) against
-  Sorrel's 332 s (target: at least 50x faster), with the experiment's FLOPs as
-  XLA counts them against this machine's matrix product speed (what one world
-  can reach here), then `--seeds` seeds (vmapped, one program) for the learning
-  curve: the total reward per epoch (both agents) over the first 10 and the last
-  100 epochs (Sorrel: about 10, then 37; target: the mean over seeds of the last
-  100 epochs at least 37). `--curve FILE` writes the curve (mean and range over
-  seeds, 20-epoch trailing mean) as a PNG.
+  (`eqxrl.multiagent.Independent.from_sorrel`): 2 agents, 1000 epochs of 100 turns
+  in one world. The wall time of one seed (the whole run, one compiled program)
+  against Sorrel's 332 s (target: at least 50x faster), with the experiment's FLOPs
+  as XLA counts them against this machine's matrix product speed (what one world can
+  reach here), then `--seeds` seeds (vmapped, one program) for the learning curve:
+  the total reward per epoch (both agents) over the first 10 and the last 100 epochs
+  (Sorrel: about 10, then 37; target: the mean over seeds of the last 100 epochs at
+  least 37). `--curve FILE` writes the curve (mean and range over seeds, 20-epoch
+  trailing mean) as a PNG.
 - `scaling`: agent-steps per second (world steps x agents, acting, storing and
   each agent's gradient step per iteration included) of Sorrel's learners for
   1, 64 and 1024 worlds (`--worlds`) and 2, 5, 10, 20 agents (`--agents`), each
@@ -97,7 +97,7 @@ def treasure_hunt(num_agents: int):
 
 def sorrel(options) -> None:
     env = eqxrl.envs.make("TreasureHunt-v0")
-    learners = eqxrl.multiagent.sorrel_iqn(env, num_epochs=options.epochs)
+    learners = eqxrl.multiagent.Independent.from_sorrel(env, num_epochs=options.epochs)
     train = eqx.filter_jit(lambda key: learners.train(key))
     start = time.perf_counter()
     compiled = train.lower(jax.random.key(0)).compile()
@@ -177,7 +177,7 @@ def learners_for(num_agents: int, num_worlds: int, steps: int, iterations: int):
     """Sorrel's learners on `num_agents` agents and `num_worlds` worlds, each
     iteration `steps` turns then one gradient step per agent, with a replay buffer
     of 16 rows (each a step of every world; at least 128 transitions)."""
-    return eqxrl.multiagent.sorrel_iqn(
+    return eqxrl.multiagent.Independent.from_sorrel(
         treasure_hunt(num_agents),
         num_envs=num_worlds,
         num_epochs=iterations,
@@ -727,7 +727,7 @@ def value_decomposition(options, name: str) -> None:
     cls = eqxrl.multiagent.VDN if name == "VDN" else eqxrl.multiagent.QMIX
     # QMIX like for like: JaxMARL's qmix_rnn agents are recurrent (GRU 64).
     recurrent = {"recurrent": options.qmix_agents == "gru"} if name == "QMIX" else {}
-    ours = cls.jaxmarl(env, total_timesteps=config["TOTAL_TIMESTEPS"], **recurrent)
+    ours = cls.from_jaxmarl(env, total_timesteps=config["TOTAL_TIMESTEPS"], **recurrent)
     steps = ours.num_iterations * ours.steps_per_iteration
 
     def theirs_returns(_) -> float:
@@ -785,7 +785,7 @@ def main() -> None:
         "--qmix-agents",
         choices=("gru", "mlp"),
         default="gru",
-        help="eqxrl's QMIX agents: recurrent as JaxMARL's (QMIX.jaxmarl(env, "
+        help="eqxrl's QMIX agents: recurrent as JaxMARL's (QMIX.from_jaxmarl(env, "
         "recurrent=True)) or the feed-forward preset",
     )
     parser.add_argument(

@@ -1,5 +1,5 @@
 """QMIX on JaxMARL's MPE simple spread, at the settings of JaxMARL's QMIX baseline
-(`QMIX.jaxmarl`), through `eqxrl.envs.from_jaxmarl` and `eqxrl.multiagent.QMIX`.
+(`QMIX.from_jaxmarl`), through `eqxrl.envs.from_jaxmarl` and `eqxrl.multiagent.QMIX`.
 
     pip install "eqxrl[jaxmarl]"
     python examples/qmix_mpe.py                              # a short run
@@ -16,7 +16,7 @@ The mixer is monotonic in every agent's value, so the agents' greedy actions are
 the team's greedy joint action. The return printed is the team's per 25-step
 episode.
 
-`QMIX.jaxmarl(env)` takes the settings of JaxMARL's `qmix_rnn.py` on MPE
+`QMIX.from_jaxmarl(env)` takes the settings of JaxMARL's `qmix_rnn.py` on MPE
 (`ql_rnn_mpe.yaml`: 8 worlds x 26 steps per iteration, a buffer of 130,000
 transitions, minibatches of 832, double-Q targets, a target copy every 200 updates,
 epsilon from 1 to 0.05 over the first 10% of the run, learning rate 0.005 decayed
@@ -78,7 +78,7 @@ def main() -> None:
         f"JaxMARL MPE_simple_spread_v3: {env.num_agents} agents, observation "
         f"{env.observation_space.shape}, global state {env.global_state_space.shape}"
     )
-    qmix = QMIX.jaxmarl(
+    qmix = QMIX.from_jaxmarl(
         env,
         recurrent=args.recurrent,
         total_timesteps=args.total_timesteps,

@@ -8,7 +8,7 @@ Each agent has its own network, replay buffer and exploration, trained side by s
 (`eqxrl.multiagent.Independent`). Prints the learning curve (the agents' total
 reward per episode), each agent's final return per seed, and what two random
 walkers collect. `--sorrel` trains Sorrel 1.6.0's agents instead
-(`eqxrl.multiagent.sorrel_iqn`: 1000 epochs of 100 turns in one world, one
+(`eqxrl.multiagent.Independent.from_sorrel`: 1000 epochs of 100 turns in one world, one
 gradient step per agent per epoch).
 """
 
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqxrl
-from eqxrl.multiagent import Independent, sorrel_iqn
+from eqxrl.multiagent import Independent
 from eqxrl.training import evaluate
 
 
@@ -52,7 +52,7 @@ def main() -> None:
 
     env = eqxrl.envs.make("TreasureHunt-v0")
     if args.sorrel:
-        learners = sorrel_iqn(env, share_parameters=args.share_parameters)
+        learners = Independent.from_sorrel(env, share_parameters=args.share_parameters)
     else:
         iqn = eqxrl.IQN(
             env=env,

@@ -406,17 +406,27 @@ def test_refusals_explain_the_fix():
 
 def test_jaxmarl_presets():
     env = eqxrl.envs.make("TreasureHunt-v0")
-    vdn = VDN.jaxmarl(env)
+    vdn = VDN.from_jaxmarl(env)
     assert vdn.algorithm.num_envs == 32 and vdn.algorithm.train_frequency == 16
     assert vdn.algorithm.hidden_sizes == () and not vdn.algorithm.double_q
     assert float(vdn.algorithm.gamma) == pytest.approx(0.9)
-    qmix = QMIX.jaxmarl(env, total_timesteps=1_000_000)
+    qmix = QMIX.from_jaxmarl(env, total_timesteps=1_000_000)
     assert qmix.algorithm.double_q and qmix.algorithm.total_timesteps == 1_000_000
     assert (qmix.embedding_size, qmix.hypernet_hidden_size) == (32, 128)
     assert float(qmix.init_scale) == pytest.approx(0.001)
     # JaxMARL's one `done` flag ends MPE's episodes at the time limit.
     assert not vdn.algorithm.bootstrap_on_truncation
     assert not qmix.algorithm.bootstrap_on_truncation
+    # The presets' old names: the same algorithms, with a warning.
+    with pytest.warns(DeprecationWarning, match=r"use eqxrl.multiagent.VDN.from_jax"):
+        assert eqx.tree_equal(VDN.jaxmarl(env), vdn)
+    with pytest.warns(DeprecationWarning, match=r"use eqxrl.multiagent.QMIX.from_jax"):
+        assert eqx.tree_equal(QMIX.jaxmarl(env, total_timesteps=1_000_000), qmix)
+    with pytest.warns(DeprecationWarning, match=r"Independent.from_sorrel"):
+        sorrel_iqn = eqxrl.multiagent.sorrel_iqn
+    assert eqx.tree_equal(
+        sorrel_iqn(env), eqxrl.multiagent.Independent.from_sorrel(env)
+    )
 
 
 @pytest.mark.parametrize("bootstrap_on_truncation", [True, False])

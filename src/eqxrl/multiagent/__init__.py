@@ -3,6 +3,7 @@ learners (one model per agent stacked on a leading agent axis, or one shared),
 MAPPO's centralized critics on the same machinery, and cooperative value
 decomposition (VDN, QMIX, PQN-VDN)."""
 
+from .._deprecation import warn_renamed as _warn_renamed
 from ._agents import AbstractTeamAlgorithm as AbstractTeamAlgorithm
 from ._independent import (
     AbstractPerAgentLearners as AbstractPerAgentLearners,
@@ -24,7 +25,6 @@ from ._pqn_vdn import (
     PQNVDNRollout as PQNVDNRollout,
     PQNVDNState as PQNVDNState,
 )
-from ._presets import sorrel_iqn as sorrel_iqn
 from ._value_decomposition import (
     QMIX as QMIX,
     VDN as VDN,
@@ -36,25 +36,24 @@ from ._value_decomposition import (
     ValueDecompositionState as ValueDecompositionState,
 )
 
-# Names renamed to American spelling (as `normalize`), kept for one release.
-_DEPRECATED_NAMES = {
+# Renamed names, kept for one release: American spelling (as `normalize`), and
+# presets as `from_<peer>` classmethods.
+_RENAMED = {
     "CentralisedCriticView": "CentralizedCriticView",
     "DecentralisedPolicy": "DecentralizedPolicy",
     "synchronised_shared_gradients": "synchronized_shared_gradients",
+    "sorrel_iqn": "Independent.from_sorrel",
 }
 
 
 def __getattr__(name: str):
-    """The renamed names' old spellings: the new objects, with a warning."""
-    if name in _DEPRECATED_NAMES:
-        import warnings
-
-        new_name = _DEPRECATED_NAMES[name]
-        warnings.warn(
-            f"eqxrl.multiagent.{name} is deprecated and will be removed in the next "
-            f"release: use eqxrl.multiagent.{new_name}.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new_name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A renamed name's old spelling: the new object, with a warning."""
+    if name not in _RENAMED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    new_name = _RENAMED[name]
+    _warn_renamed(f"eqxrl.multiagent.{name}", f"eqxrl.multiagent.{new_name}")
+    owner, *attributes = new_name.split(".")
+    found = globals()[owner]
+    for attribute in attributes:
+        found = getattr(found, attribute)
+    return found

@@ -14,6 +14,7 @@ import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from .._config import in_range
+from .._deprecation import warn_renamed
 from .._filters import scan_or_step
 from .._random import split as random_split, uniform as random_uniform
 from ..algorithms import (
@@ -1039,7 +1040,7 @@ class VDN(AbstractValueDecomposition):
     Metrics per iteration: `episode_return` (`[num_agents]`),
     `total_episode_return` (the team's return), `episode_length`,
     `episode_count`, `loss`, `q_value` (mean `Q_tot`), `epsilon`,
-    `learning_rate`. [`VDN.jaxmarl`][eqxrl.multiagent.VDN.jaxmarl] builds it
+    `learning_rate`. [`VDN.from_jaxmarl`][eqxrl.multiagent.VDN.from_jaxmarl] builds it
     with JaxMARL's `vdn_ff_mpe.yaml` settings.
 
     !!! example
@@ -1066,7 +1067,7 @@ class VDN(AbstractValueDecomposition):
         return SumMixer()
 
     @classmethod
-    def jaxmarl(
+    def from_jaxmarl(
         cls, env: AbstractEnvironment, *, share_parameters: bool = True, **overrides
     ) -> "VDN":
         """VDN with the settings of JaxMARL's `baselines/QLearning/vdn_ff.py` on
@@ -1103,6 +1104,14 @@ class VDN(AbstractValueDecomposition):
         dqn = DQN(env=env, **{**settings, **overrides})
         return cls(dqn, share_parameters=share_parameters)
 
+    @classmethod
+    def jaxmarl(cls, *args, **kwargs) -> "VDN":
+        """Deprecated: [`VDN.from_jaxmarl`][eqxrl.multiagent.VDN.from_jaxmarl]."""
+        warn_renamed(
+            "eqxrl.multiagent.VDN.jaxmarl", "eqxrl.multiagent.VDN.from_jaxmarl"
+        )
+        return cls.from_jaxmarl(*args, **kwargs)
+
 
 class QMIX(AbstractValueDecomposition):
     """QMIX (Rashid et al., 2018): cooperative agents whose team value is a
@@ -1133,7 +1142,7 @@ class QMIX(AbstractValueDecomposition):
       0.001).
 
     Metrics as [`VDN`][eqxrl.multiagent.VDN]'s.
-    [`QMIX.jaxmarl`][eqxrl.multiagent.QMIX.jaxmarl] builds it with JaxMARL's
+    [`QMIX.from_jaxmarl`][eqxrl.multiagent.QMIX.from_jaxmarl] builds it with JaxMARL's
     `ql_rnn_mpe.yaml` settings (with a feed-forward agent network).
 
     !!! example
@@ -1176,7 +1185,7 @@ class QMIX(AbstractValueDecomposition):
         )
 
     @classmethod
-    def jaxmarl(
+    def from_jaxmarl(
         cls,
         env: AbstractEnvironment,
         *,
@@ -1227,3 +1236,11 @@ class QMIX(AbstractValueDecomposition):
             settings["network_factory"] = GRUQNetwork.from_env
         dqn = DQN(env=env, **{**settings, **overrides})
         return cls(dqn, share_parameters=share_parameters)
+
+    @classmethod
+    def jaxmarl(cls, *args, **kwargs) -> "QMIX":
+        """Deprecated: [`QMIX.from_jaxmarl`][eqxrl.multiagent.QMIX.from_jaxmarl]."""
+        warn_renamed(
+            "eqxrl.multiagent.QMIX.jaxmarl", "eqxrl.multiagent.QMIX.from_jaxmarl"
+        )
+        return cls.from_jaxmarl(*args, **kwargs)
