@@ -6,11 +6,11 @@ a change leaves them as they were (the same program runs at the same speed).
 
 Covers `train` of PPO on CartPole-v1 (plain; observations and rewards normalized),
 Pendulum-v1 (Gaussian; tanh-squashed with Brax's head), Snake-v0 and GridMaze-v0,
-independent PPO on TreasureHunt-v0 (per-agent and shared parameters), DQN, IQN and
-feed-forward PQN on CartPole-v1, SAC and TD3 on Pendulum-v1, GRU PPO on
-StatelessCartPole-v1, MAPPO (feed-forward; GRU with per-agent critics), VDN and QMIX
-(feed-forward; GRU agents) on TreasureHunt-v0, and the evaluation program of a PPO
-policy.
+independent PPO and DQN on TreasureHunt-v0 (per-agent and shared parameters), DQN,
+IQN and feed-forward PQN on CartPole-v1, SAC, TD3 and AMP on Pendulum-v1, GRU PPO and
+GRU PQN on StatelessCartPole-v1, MAPPO (feed-forward; GRU with per-agent critics), VDN,
+QMIX (feed-forward; GRU agents) and PQN-VDN on TreasureHunt-v0, and the evaluation
+program of a PPO policy.
 Hashes depend on the jax version: compare on one venv. `--configs NAME ...` hashes
 those configurations alone (the evaluation program always); every configuration is
 still built, so a constructor that no longer accepts its arguments fails the run.
@@ -23,6 +23,7 @@ import sys
 
 import jax
 import jax.random as jr
+import numpy as np
 
 import eqxrl
 from eqxrl.envs import make
@@ -115,7 +116,37 @@ CONFIGS = {
     "qmix_gru_treasure_hunt": lambda: eqxrl.multiagent.QMIX(
         _team_dqn(network_factory=eqxrl.nn.GRUQNetwork.from_env)
     ),
+    "pqn_gru_stateless_cartpole": lambda: eqxrl.PQN(
+        env=eqxrl.envs.TimeLimit(make("StatelessCartPole-v1"), 20),
+        num_envs=4,
+        num_steps=8,
+        total_timesteps=4 * 8 * 2,
+        network_factory=eqxrl.nn.GRUQNetwork.from_env,
+        num_minibatches=2,
+    ),
+    "pqn_vdn_treasure_hunt": lambda: eqxrl.multiagent.PQNVDN(
+        eqxrl.PQN(
+            env=make("TreasureHunt-v0"),
+            num_envs=4,
+            num_steps=8,
+            total_timesteps=4 * 8 * 2,
+            num_minibatches=2,
+        )
+    ),
+    "idqn_treasure_hunt": lambda: eqxrl.multiagent.Independent(_team_dqn()),
+    "amp_pendulum": lambda: _amp_pendulum(),
 }
+
+
+def _amp_pendulum() -> eqxrl.algorithms.AMP:
+    time = np.linspace(0.0, 6.0, 33)
+    motion = np.stack([np.cos(time), np.sin(time), 2.0 * np.cos(2.0 * time)], axis=-1)
+    return eqxrl.algorithms.AMP(
+        eqxrl.PPO(
+            env=make("Pendulum-v1"), num_envs=4, num_steps=16, total_timesteps=128
+        ),
+        eqxrl.buffers.ReferenceMotion.from_trajectory(motion),
+    )
 
 
 def digest(text: str) -> str:
