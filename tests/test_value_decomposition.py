@@ -21,7 +21,7 @@ from eqxrl.envs import (
     TimeStep,
 )
 from eqxrl.multiagent import QMIX, VDN, MonotonicMixer, SumMixer
-from eqxrl.multiagent._value_decomposition import _JointObservation
+from eqxrl.multiagent._joint_view import _JointObservation
 
 # Adam's bias correction raises a float to an int32 count (see conftest.py).
 STANDARD_DTYPE_PROMOTION = True

@@ -16,6 +16,11 @@ from ._mappo import (
     DecentralizedPolicy as DecentralizedPolicy,
     synchronized_shared_gradients as synchronized_shared_gradients,
 )
+from ._mixers import (
+    AbstractMixer as AbstractMixer,
+    MonotonicMixer as MonotonicMixer,
+    SumMixer as SumMixer,
+)
 from ._policy import (
     IndependentPolicy as IndependentPolicy,
     SharedPolicy as SharedPolicy,
@@ -25,14 +30,10 @@ from ._pqn_vdn import (
     PQNVDNRollout as PQNVDNRollout,
     PQNVDNState as PQNVDNState,
 )
-from ._value_decomposition import (
-    QMIX as QMIX,
-    VDN as VDN,
-    AbstractMixer as AbstractMixer,
-    AbstractTeamQLearning as AbstractTeamQLearning,
+from ._team_q_learning import AbstractTeamQLearning as AbstractTeamQLearning
+from ._value_decomposition import QMIX as QMIX, VDN as VDN
+from ._value_decomposition_base import (
     AbstractValueDecomposition as AbstractValueDecomposition,
-    MonotonicMixer as MonotonicMixer,
-    SumMixer as SumMixer,
     ValueDecompositionState as ValueDecompositionState,
 )
 

@@ -30,7 +30,8 @@ from ..nn import (
     greedy_action,
 )
 from ._agents import team_episode_metrics
-from ._value_decomposition import AbstractTeamQLearning, SumMixer
+from ._mixers import SumMixer
+from ._team_q_learning import AbstractTeamQLearning
 
 
 class PQNVDNState(eqx.Module):
