@@ -30,7 +30,7 @@ def cpu_speed_tricks(enabled: bool | None = True) -> Iterator[None]:
       ([`sequence_batch_hint`][eqxrl.nn.sequence_batch_hint]), and the loops of
       several sequences unrolled 2 steps at a time instead of 4;
     - a recurrent loop's input gates and recurrent weights split per gate
-      (`eqxrl.nn._recurrent._gates_per_gate`), so that XLA's CPU fusion emitter
+      (`eqxrl.nn._sequence_loop._gates_per_gate`), so that XLA's CPU fusion emitter
       vectorises the gates' sigmoids and tanh;
     - large networks over large batches in cache-sized blocks of rows;
     - [`AutoReset`][eqxrl.envs.AutoReset]'s lazy reset, a conditional taken only

@@ -5,6 +5,12 @@ from ._actor_critic import (
     MLPActorCritic as MLPActorCritic,
     MLPGaussianActorCritic as MLPGaussianActorCritic,
 )
+from ._carries import (
+    ActorCriticCarry as ActorCriticCarry,
+    GRUCarry as GRUCarry,
+    LSTMCarry as LSTMCarry,
+    reset_carry as reset_carry,
+)
 from ._cnn import CNNActorCritic as CNNActorCritic
 from ._init import (
     orthogonal_matrices as orthogonal_matrices,
@@ -43,13 +49,8 @@ from ._q_networks import (
 )
 from ._recurrent import (
     AbstractRecurrentActorCritic as AbstractRecurrentActorCritic,
-    ActorCriticCarry as ActorCriticCarry,
     GRUActorCritic as GRUActorCritic,
-    GRUCarry as GRUCarry,
     LSTMActorCritic as LSTMActorCritic,
-    LSTMCarry as LSTMCarry,
-    reset_carry as reset_carry,
-    sequence_batch_hint as sequence_batch_hint,
 )
 from ._recurrent_q_network import (
     AbstractRecurrentQNetwork as AbstractRecurrentQNetwork,
@@ -62,6 +63,7 @@ from ._sac_networks import (
     MLPTwinCritic as MLPTwinCritic,
     TanhGaussianPolicy as TanhGaussianPolicy,
 )
+from ._sequence_loop import sequence_batch_hint as sequence_batch_hint
 from ._transformer import (
     GridTransformerActorCritic as GridTransformerActorCritic,
     TransformerBlock as TransformerBlock,

@@ -11,16 +11,10 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
 from .._filters import filter_scan
 from ..envs import AbstractSpace
+from ._carries import GRUCarry, check_carry, reset_carry
 from ._q_networks import AbstractQNetwork, _apply_linear, _check_sizes
-from ._recurrent import (
-    GRUCarry,
-    _Core,
-    _core,
-    _head,
-    _unroll_cores,
-    check_carry,
-    reset_carry,
-)
+from ._recurrent import _core, _head
+from ._sequence_loop import _Core, _unroll_cores
 
 
 class AbstractRecurrentQNetwork(AbstractQNetwork):
