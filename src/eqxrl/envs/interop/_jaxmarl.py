@@ -10,7 +10,7 @@ import math
 import numbers
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from .._environment import GLOBAL_STATE, AbstractMultiAgentEnvironment
 from .._spaces import AbstractSpace, Box, Discrete
 from .._types import TimeStep
 from ._common import legacy_key, make_by_name, strongly_typed
+from ._jaxmarl_info import _info_tree
 
 # The key of JaxMARL's `dones` (and of some environments' rewards) for the whole
 # episode rather than one agent.
@@ -183,49 +184,6 @@ def _hull(
         lows.append(low)
         highs.append(high)
     return Box(np.min(lows, axis=0), np.max(highs, axis=0))
-
-
-def _is_value(x: Any) -> bool:
-    """Whether an info leaf is a number or an array (what a TimeStep can carry)."""
-    return isinstance(x, jax.Array | np.ndarray | np.generic | numbers.Number)
-
-
-def _stacked(values: list[PyTree]) -> PyTree | None:
-    """Per-agent values stacked along a new leading axis, or `None` where they
-    differ in structure, shape or dtype (they cannot be stacked)."""
-    structures = {jtu.tree_structure(value) for value in values}
-    if len(structures) != 1:
-        return None
-    columns = zip(*(jtu.tree_leaves(value) for value in values), strict=True)
-    for column in columns:
-        if len({(jnp.shape(x), jnp.result_type(x)) for x in column}) != 1:
-            return None
-    return jtu.tree_map(lambda *xs: jnp.stack(xs), *values)
-
-
-def _info_tree(info: Any, agents: list[str]) -> PyTree | None:
-    """JaxMARL's `infos` as TimeStep extras: dicts keyed by exactly the agents
-    stacked in `agents` order (kept as dicts where the agents' values differ in
-    shape or dtype), numbers and arrays as strongly typed arrays, other leaves
-    (strings, objects) dropped (`None`)."""
-    if isinstance(info, Mapping):
-        converted = {}
-        for key, value in info.items():
-            value = _info_tree(value, agents)
-            if value is not None:
-                converted[key] = value
-        if set(info) == set(agents) and set(converted) == set(agents):
-            stacked = _stacked([converted[agent] for agent in agents])
-            if stacked is not None:
-                return stacked
-        return converted
-    if _is_value(info):
-        return strongly_typed(info)
-    if jtu.treedef_is_leaf(jtu.tree_structure(info)):
-        return None
-    return jtu.tree_map(
-        lambda leaf: strongly_typed(leaf) if _is_value(leaf) else None, info
-    )
 
 
 @contextlib.contextmanager
