@@ -168,7 +168,7 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         name="recurrent-carry-not-reset",
-        path="src/eqxrl/nn/_recurrent.py",
+        path="src/eqxrl/nn/_carries.py",
         find="lambda c, i: jnp.where(episode_start, i, c)",
         replace="lambda c, i: c",
         tests=(
@@ -229,7 +229,7 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         name="vdn-mixer-averages",
-        path="src/eqxrl/multiagent/_value_decomposition.py",
+        path="src/eqxrl/multiagent/_mixers.py",
         find="return jnp.sum(q_values)",
         replace="return jnp.mean(q_values)",
         tests=(
@@ -346,7 +346,7 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         name="qmix-weights-not-monotonic",
-        path="src/eqxrl/multiagent/_value_decomposition.py",
+        path="src/eqxrl/multiagent/_mixers.py",
         find="weight_1 = jnp.abs(two_layers(self.weight_1, global_state))",
         replace="weight_1 = two_layers(self.weight_1, global_state)",
         tests=(
@@ -449,7 +449,7 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         name="recurrent-team-reward-summed-over-worlds",
-        path="src/eqxrl/multiagent/_value_decomposition.py",
+        path="src/eqxrl/multiagent/_value_decomposition_base.py",
         find="reward=jnp.sum(next_timestep.reward, axis=-1),",
         replace="reward=jnp.sum(next_timestep.reward, axis=0),",
         tests=(
