@@ -59,6 +59,7 @@ from ._returns import (
 )
 from ._rollout import step_with_truncation_value as step_with_truncation_value
 from ._sac import SAC as SAC, SACState as SACState
+from ._schedules import learning_rate_schedule as learning_rate_schedule
 from ._td3 import (
     DDPG as DDPG,
     TD3 as TD3,

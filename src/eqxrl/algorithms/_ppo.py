@@ -59,6 +59,7 @@ from ._purejaxrl_config import purejaxrl_ppo_arguments
 from ._returns import compute_gae
 from ._rollout import step_with_truncation_value
 from ._row_blocks import cpu_row_blocks, map_over_row_blocks, mean_over_row_blocks
+from ._schedules import learning_rate_schedule
 
 
 def _key_tuple(name: str, keys: Any) -> tuple[str, ...] | None:
@@ -704,26 +705,12 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         sweepable, over the parameters flattened into one vector (`optax.flatten`).
         The annealed step size decays linearly to zero at `num_iterations` and
         stays zero after."""
-        updates_per_iteration = self.num_epochs * self.num_minibatches
-        learning_rate = self.learning_rate
-        num_iterations = self.num_iterations
-
-        if self.anneal_lr:
-
-            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
-                completed = (count // updates_per_iteration).astype(jnp.float32)
-                # Clamped: training on past `num_iterations` (`train_iterations`)
-                # keeps a zero step size instead of a negative one.
-                return learning_rate * jnp.maximum(
-                    1.0 - completed / num_iterations, 0.0
-                )
-
-        else:
-
-            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
-                del count
-                return learning_rate
-
+        schedule = learning_rate_schedule(
+            self.learning_rate,
+            anneal=self.anneal_lr,
+            decay_steps=self.num_iterations,
+            updates_per_step=self.num_epochs * self.num_minibatches,
+        )
         # Flattened: clipping and Adam run on one vector instead of once per
         # parameter array, far fewer (tiny) operations per minibatch update.
         optimizer = optax.flatten(

@@ -46,6 +46,7 @@ from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._returns import compute_q_lambda_returns
 from ._rollout import step_with_truncation_value
+from ._schedules import learning_rate_schedule
 
 
 class PQNState(eqx.Module):
@@ -457,16 +458,12 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     def make_optimizer(self) -> optax.GradientTransformation:
         """Global-norm clipping, then RAdam (as purejaxql) with the (optionally
         annealed) step size injected so that it is logged and sweepable."""
-        updates_per_iteration = self.num_epochs * self.num_minibatches
-        learning_rate = self.learning_rate
-        num_iterations = self.num_iterations
-
-        def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
-            if not self.anneal_lr:
-                return learning_rate
-            completed = (count // updates_per_iteration).astype(jnp.float32)
-            return learning_rate * jnp.maximum(1.0 - completed / num_iterations, 0.0)
-
+        schedule = learning_rate_schedule(
+            self.learning_rate,
+            anneal=self.anneal_lr,
+            decay_steps=self.num_iterations,
+            updates_per_step=self.num_epochs * self.num_minibatches,
+        )
         return optax.chain(
             optax.clip_by_global_norm(self.max_grad_norm),
             optax.inject_hyperparams(optax.radam)(learning_rate=schedule),

@@ -42,6 +42,7 @@ from ._off_policy import (
     episode_step_statistics,
     polyak_update,
 )
+from ._schedules import learning_rate_schedule
 
 
 class QLearningState(eqx.Module):
@@ -306,23 +307,14 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
         """Global-norm clipping (unless `max_grad_norm` is `None`) then Adam, with
         the (optionally annealed) step size injected so that it is logged and
         sweepable."""
-        learning_rate = self.learning_rate
         first_update = max(0, -(-self.learning_starts // self.steps_per_iteration) - 1)
         total_updates = max(
             1, (self.num_iterations - first_update) * self.gradient_steps
         )
 
-        if self.anneal_lr:
-
-            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
-                progress = jnp.minimum(count.astype(jnp.float32) / total_updates, 1.0)
-                return learning_rate * (1.0 - progress)
-
-        else:
-
-            def schedule(count: Int[Array, ""]) -> Float[Array, ""]:
-                del count
-                return learning_rate
+        schedule = learning_rate_schedule(
+            self.learning_rate, anneal=self.anneal_lr, decay_steps=total_updates
+        )
 
         # Without clipping no gradient norm is computed: one reduction per
         # parameter array less per update (IQN on rejax's settings, which do not
