@@ -361,6 +361,31 @@ def test_unshared_agents_are_stacked_and_each_trained():
         assert not np.allclose(weights[agent], before[agent])
 
 
+def test_make_agents_is_a_deprecated_alias_of_make_network():
+    vdn = VDN(tiny_dqn(MaskedTeam(declare_state=True)), share_parameters=False)
+    network = eqx.filter_eval_shape(vdn.make_network, jr.key(0))
+    assert network.layers[0].weight.shape[0] == 2  # one network per agent
+    with pytest.warns(DeprecationWarning, match="VDN.make_agents is deprecated"):
+        old = eqx.filter_eval_shape(vdn.make_agents, jr.key(0))
+    assert jax.tree.structure(old) == jax.tree.structure(network)
+
+    class OldSubclass(VDN):
+        # Written before the rename: overrides make_agents, and init still uses it.
+        def make_agents(self, key):
+            return eqx.tree_at(
+                lambda n: n.head.linear.bias,
+                super().make_agents(key),
+                replace_fn=jnp.ones_like,
+            )
+
+    old_subclass = OldSubclass(
+        tiny_dqn(MaskedTeam(declare_state=True)), share_parameters=False
+    )
+    with pytest.warns(DeprecationWarning):
+        bias = old_subclass.make_network(jr.key(0)).head.linear.bias
+    assert np.all(np.asarray(bias) == 1.0)
+
+
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=1)
 def train_seeds(algorithm, keys):

@@ -341,7 +341,7 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
     def init(self, key: PRNGKeyArray) -> PQNVDNState:
         pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
         agents_key, reset_key, state_key = jr.split(key, 3)
-        agents = self.make_agents(agents_key)
+        agents = self.make_network(agents_key)
         optimizer_state = pqn.make_optimizer().init(eqx.filter(agents, eqx.is_array))
         env_state, timestep = jax.vmap(self.training_env.reset)(
             jr.split(reset_key, self.num_envs)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
+from .._deprecation import warn_renamed
 from ..algorithms import AbstractAlgorithm
 from ..envs import Box, num_agents_of, unwrap
 from ..nn import AbstractPolicy, AbstractQNetwork, EpsilonGreedyPolicy
@@ -67,10 +68,21 @@ class AbstractTeamQLearning(AbstractTeamAlgorithm[StateT]):
         return eqx.tree_at(lambda a: a.env, self.algorithm, view)
 
     # --------------------------------------------------------------- networks
-    def make_agents(self, key: PRNGKeyArray) -> AbstractQNetwork:
+    def make_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
         """The agents' initial network: the algorithm's (its `network_factory`, or
         an `MLPQNetwork` with its `hidden_sizes`), one on the shared view, or one
         per agent stacked on a leading agent axis."""
+        if type(self).make_agents is not AbstractTeamQLearning.make_agents:
+            # A subclass written against the old name still builds its network.
+            return self.make_agents(key)
+        return self._agents_network(key)
+
+    def make_agents(self, key: PRNGKeyArray) -> AbstractQNetwork:
+        """Deprecated: `make_network`, the name every algorithm uses."""
+        warn_renamed(f"{type(self).__name__}.make_agents", "make_network")
+        return self._agents_network(key)
+
+    def _agents_network(self, key: PRNGKeyArray) -> AbstractQNetwork:
         learner = self.learner
         if self.share_parameters:
             return learner.make_network(key)  # pyright: ignore[reportAttributeAccessIssue]

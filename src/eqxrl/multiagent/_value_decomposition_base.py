@@ -339,7 +339,7 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
 
     def init(self, key: PRNGKeyArray) -> ValueDecompositionState:
         agents_key, mixer_key, reset_key, state_key = jr.split(key, 4)
-        agents = self.make_agents(agents_key)
+        agents = self.make_network(agents_key)
         mixer = self.make_mixer(mixer_key)
         optimizer_state = self.algorithm.make_optimizer().init(
             eqx.filter((agents, mixer), eqx.is_array)
