@@ -607,6 +607,39 @@ def test_cli_num_envs_auto_refuses_in_one_line(capsys, tmp_path, monkeypatch):
     assert "needs" in err and "but 100 bytes is free on cpu" in err
 
 
+def test_an_algorithm_brings_its_own_flags(capsys, monkeypatch, tmp_path):
+    """An option registered with an algorithm is a flag of `eqxrl train`, in its
+    `--help` and applied by the option's hook, though the command line's modules
+    never name it (as PPO's `--network`)."""
+    from eqxrl.algorithms import _registry
+
+    # Registered for this test only.
+    monkeypatch.setattr(_registry, "_ALGORITHMS", dict(_registry._ALGORITHMS))
+    monkeypatch.setattr(_registry, "_OPTIONS", dict(_registry._OPTIONS))
+
+    def configure(value, algorithm_class, options):
+        if value == "sour":
+            raise ValueError(f"--flavor sour: {algorithm_class.__name__} is sweet.")
+        return options
+
+    flavor = eqxrl.algorithms.CommandLineOption(
+        "--flavor",
+        help="how the search tastes",
+        choices=("sweet", "sour"),
+        configure=configure,
+    )
+    eqxrl.algorithms.register_algorithm(
+        "flavored_search", RandomSearch, command_line_options=(flavor,)
+    )
+    code, out, _ = run(capsys, "train", "--algo", "flavored_search", "--help")
+    assert code == 0
+    assert "--flavor {sweet,sour}" in out and "how the search tastes" in out
+    argv = ["Corridor-test-v0", "--algo", "flavored_search", "--out", str(tmp_path)]
+    code, _, err = run(capsys, "train", *argv, "--flavor", "sour")
+    assert code == 1
+    assert err == "eqxrl train: error: --flavor sour: RandomSearch is sweet.\n"
+
+
 def test_list_and_entry_points(capsys, monkeypatch):
     code, out, _ = run(capsys, "list")
     assert code == 0 and "ppo" in out and "CartPole-v1" in out

@@ -49,9 +49,12 @@ from ._q_learning import (
     bootstrap_action_value as bootstrap_action_value,
 )
 from ._registry import (
+    CommandLineOption as CommandLineOption,
     algorithm_names as algorithm_names,
+    command_line_options as command_line_options,
     get_algorithm as get_algorithm,
     register_algorithm as register_algorithm,
+    register_command_line_option as register_command_line_option,
 )
 from ._returns import (
     compute_gae as compute_gae,

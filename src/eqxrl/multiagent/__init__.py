@@ -4,6 +4,7 @@ MAPPO's centralized critics on the same machinery, and cooperative value
 decomposition (VDN, QMIX, PQN-VDN)."""
 
 from .._deprecation import warn_renamed as _warn_renamed
+from . import _command_line as _command_line  # registers --mixer, --critic-input, ...
 from ._agents import AbstractTeamAlgorithm as AbstractTeamAlgorithm
 from ._independent import (
     AbstractPerAgentLearners as AbstractPerAgentLearners,

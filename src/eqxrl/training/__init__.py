@@ -11,7 +11,8 @@ from ._checkpoint import (
     save_policy as save_policy,
 )
 from ._checkpoint_format import CheckpointError as CheckpointError
-from ._cli import main as main, read_config_file as read_config_file
+from ._cli import main as main
+from ._cli_config import read_config_file as read_config_file
 from ._config import (
     ConfigField as ConfigField,
     algorithm_from_config as algorithm_from_config,

@@ -1,42 +1,26 @@
-import json
+"""The Trainer: an algorithm's compiled iterations run in chunks, with progress,
+logging, checkpoints and exact resume, evaluation and plots between them."""
+
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import equinox as eqx
 import jax
-import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh
-from jaxtyping import Array, Bool, Int, PyTree
+from jaxtyping import PyTree
 
-from ..algorithms import (
-    AbstractAlgorithm,
-    check_entropy_collapse,
-    vmap_over_seeds,
-)
+from ..algorithms import AbstractAlgorithm, check_entropy_collapse
 from ..envs import num_agents_of
-from ._checkpoint import (
-    CheckpointError,
-    _atomic_write,
-    checkpoint_path,
-    list_checkpoints,
-    load_training_state,
-    prune_checkpoints,
-    save_policy,
-    write_checkpoint_file,
-)
+from ._checkpoint import save_policy
 from ._config import algorithm_to_config
 from ._device import describe_devices
 from ._evaluation import (
@@ -44,11 +28,16 @@ from ._evaluation import (
     default_max_steps,
     record_episodes,
     renderer,
-    run_episodes,
     write_gif,
 )
 from ._logging import AbstractLogger, ConsoleLogger, CSVLogger, RecentEpisodes
-from ._sharded_checkpoint import write_sharded_checkpoint
+from ._processes import primary_process, sync_processes, to_host, to_local
+from ._run_folder import RunFolder, write_json
+from ._trainer_metrics import Progress, _return_postfix, metric_rows
+from ._trainer_programs import evaluate_state, init_state, run_chunk
+
+# The key of evaluations: `fold_in(key(seed), _EVAL_SEED)`, apart from training's.
+_EVAL_SEED = 0x5EED
 
 
 def steps_per_iteration(algorithm: AbstractAlgorithm) -> int:
@@ -70,142 +59,6 @@ def steps_per_iteration(algorithm: AbstractAlgorithm) -> int:
     if isinstance(total, int) and algorithm.num_iterations > 0:
         return max(total // algorithm.num_iterations, 1)
     return 1
-
-
-def _run_chunk(
-    algorithm: AbstractAlgorithm,
-    state: PyTree,
-    num_iterations: Int[Array, ""],
-    chunk_size: int,
-    batched: bool,
-    mesh: Mesh | None = None,
-) -> tuple[PyTree, dict[str, Array], Bool[Array, " chunk_size"]]:
-    """Up to `chunk_size` iterations as one compiled program: `num_iterations` (a
-    traced number, so every chunk reuses one compilation) run, the rest of the
-    `lax.scan` skips them through a `lax.cond`. Metrics of skipped iterations are
-    zeros, to be dropped on the host. Also returns, per iteration, whether the
-    algorithm's `diverged` holds (for any seed). With `batched`, the seeds are
-    vmapped (over the mesh's `"seeds"` axis when it has one)."""
-
-    def one_run(state: PyTree) -> tuple[PyTree, dict[str, Array], Array]:
-        dynamic, static = eqx.partition(state, eqx.is_array)
-
-        def run(dynamic):
-            new_state, metrics = algorithm.train_iteration(eqx.combine(dynamic, static))
-            if mesh is not None:
-                new_state = algorithm.shard_state(new_state, mesh)
-            new_dynamic, new_static = eqx.partition(new_state, eqx.is_array)
-            if jtu.tree_structure(new_static) != jtu.tree_structure(static):
-                raise ValueError(
-                    "train_iteration changed the structure of the non-array part of "
-                    "the training state; the Trainer needs the same structure every "
-                    "iteration."
-                )
-            return new_dynamic, (metrics, algorithm.diverged(new_state, metrics))
-
-        metric_shapes = jax.eval_shape(run, dynamic)[1]
-
-        def skip(dynamic):
-            zeros = jtu.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-            return dynamic, zeros
-
-        def body(dynamic, index):
-            return lax.cond(index < num_iterations, run, skip, dynamic)
-
-        dynamic, (metrics, diverged_flags) = lax.scan(
-            body, dynamic, jnp.arange(chunk_size, dtype=jnp.int32)
-        )
-        return eqx.combine(dynamic, static), metrics, diverged_flags
-
-    if not batched:
-        return one_run(state)
-    state, metrics, diverged_flags = vmap_over_seeds(one_run, mesh, in_axes=(0,))(state)
-    # Seeds first inside the vmap, iterations first on the host.
-    metrics = jtu.tree_map(lambda x: jnp.moveaxis(x, 0, 1), metrics)
-    return state, metrics, jnp.any(diverged_flags, axis=0)
-
-
-@eqx.filter_jit
-def _init(algorithm: AbstractAlgorithm, key, num_seeds: int | None) -> PyTree:
-    if num_seeds is None:
-        return algorithm.init(key)
-    return eqx.filter_vmap(algorithm.init)(jr.split(key, num_seeds))
-
-
-@eqx.filter_jit
-def _evaluate_state(
-    algorithm: AbstractAlgorithm,
-    env,
-    state: PyTree,
-    key,
-    num_episodes: int,
-    max_steps: int,
-    deterministic: bool,
-    num_seeds: int | None,
-):
-    def one(state, key):
-        policy = algorithm.policy(state, deterministic)
-        return run_episodes(policy, env, key, num_episodes, max_steps)
-
-    if num_seeds is None:
-        return one(state, key)
-    return eqx.filter_vmap(one)(state, jr.split(key, num_seeds))
-
-
-class _Progress:
-    """A tqdm progress bar in environment steps (steps/s, ETA, the mean return of
-    the last episodes to end), when tqdm is installed and the output is a
-    terminal."""
-
-    def __init__(self, total: int, initial: int, enabled: bool):
-        self.bar = None
-        if not enabled:
-            return
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            return
-        self.bar = tqdm(
-            total=total,
-            initial=initial,
-            unit="step",
-            unit_scale=True,
-            dynamic_ncols=True,
-            disable=None,  # off when not writing to a terminal
-            smoothing=0.1,
-        )
-
-    def update(self, steps: int, postfix: str | None) -> None:
-        """Advance by `steps`, showing `postfix` (the return) when there is one."""
-        if self.bar is None:
-            return
-        if postfix is not None:
-            self.bar.set_postfix_str(postfix, refresh=False)
-        self.bar.update(steps)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _check_writable(directory: Path) -> None:
-    """Create `directory` and make sure files can be written in it, before any work
-    is done."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-            pass
-    except OSError as error:
-        raise PermissionError(
-            f"Cannot write to the output folder {directory}: "
-            f"{error.strerror or error}. Choose a writable folder (e.g. --out "
-            "runs/NAME); nothing was started."
-        ) from None
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    text = json.dumps(data, indent=2, default=str, allow_nan=False) + "\n"
-    _atomic_write(path, lambda file: file.write(text.encode("utf-8")))
 
 
 def _tuple_or_none(loggers: Sequence[AbstractLogger] | None):
@@ -397,7 +250,7 @@ class Trainer(eqx.Module):
         `[num_episodes]` (or `[num_seeds, num_episodes]`) returns and lengths.
         """
         env = self._env()
-        returns, lengths = _evaluate_state(
+        returns, lengths = evaluate_state(
             self.algorithm,
             env,
             state,
@@ -408,7 +261,7 @@ class Trainer(eqx.Module):
             self.num_seeds,
         )
         if jax.process_count() > 1:  # the episodes span processes
-            returns, lengths = map(jnp.asarray, _to_host((returns, lengths)))
+            returns, lengths = map(jnp.asarray, to_host((returns, lengths)))
         return EvaluationResult(returns=returns, lengths=lengths)
 
     def _evaluation_rows(
@@ -473,11 +326,11 @@ class Trainer(eqx.Module):
             # One process owns the folder (the lock, the logs); with several
             # processes (`jax.distributed`) the others follow it to read and write
             # their checkpoint shards.
-            if _primary():
-                folder = _RunFolder.open(Path(self.out), resume, self._config())
-            _sync("eqxrl: run folder open")
-            if not _primary():
-                folder = _RunFolder.follow(Path(self.out), resume, self._config())
+            if primary_process():
+                folder = RunFolder.open(Path(self.out), resume, self._config())
+            sync_processes("eqxrl: run folder open")
+            if not primary_process():
+                folder = RunFolder.follow(Path(self.out), resume, self._config())
         loggers: tuple = ()
         progress = None
         recent = RecentEpisodes()  # for the progress bar and the summary
@@ -487,7 +340,7 @@ class Trainer(eqx.Module):
             state, run_chunk, compile_seconds = self._compile(state, seed, iteration)
             for logger in loggers:
                 logger.log_summary({"compile_seconds": compile_seconds})
-            progress = _Progress(
+            progress = Progress(
                 total * self.steps_per_iteration,
                 iteration * self.steps_per_iteration,
                 self.progress,
@@ -559,7 +412,7 @@ class Trainer(eqx.Module):
         }
 
     def _starting_point(
-        self, folder: "_RunFolder | None", seed: int
+        self, folder: RunFolder | None, seed: int
     ) -> tuple[PyTree | None, int, float]:
         """`(state, iteration, seconds already trained)` from the latest checkpoint,
         or `(None, 0, 0.0)` to start from scratch."""
@@ -570,7 +423,7 @@ class Trainer(eqx.Module):
         return self._resume(folder, seed)
 
     def _start_logging(
-        self, folder: "_RunFolder | None", seed: int, iteration: int, resume: bool
+        self, folder: RunFolder | None, seed: int, iteration: int, resume: bool
     ) -> tuple:
         """The loggers, cut back to `iteration` when resuming, and the run's
         `config.json`."""
@@ -583,8 +436,8 @@ class Trainer(eqx.Module):
                 # logged twice.
                 logger.resume(iteration, iteration * self.steps_per_iteration)
             logger.start(run_config)
-        if folder is not None and _primary():
-            _write_json(folder.path / "config.json", run_config)
+        if folder is not None and primary_process():
+            write_json(folder.path / "config.json", run_config)
         return loggers
 
     def _compile(
@@ -603,14 +456,14 @@ class Trainer(eqx.Module):
         start = time.perf_counter()
         if state is None:
             # Built on one device, then placed on the mesh (see `train_seeds`).
-            state = _init(algorithm, jr.key(seed), self.num_seeds)
+            state = init_state(algorithm, jr.key(seed), self.num_seeds)
         state = self._place(state)
-        run_chunk = eqx.filter_jit(
-            _run_chunk,
+        chunk_program = eqx.filter_jit(
+            run_chunk,
             donate="all-except-first",
             compiler_options=algorithm.compiler_options or None,
         )
-        compiled = run_chunk.lower(
+        compiled = chunk_program.lower(
             algorithm,
             state,
             jnp.int32(0),
@@ -629,10 +482,10 @@ class Trainer(eqx.Module):
         iteration: int,
         stop: int,
         time_offset: float,
-        folder: "_RunFolder | None",
+        folder: RunFolder | None,
         seed: int,
         loggers: tuple,
-        progress: "_Progress",
+        progress: Progress,
         recent: RecentEpisodes,
         callback: Callable | None,
     ) -> tuple[PyTree, list[dict[str, np.ndarray]], float]:
@@ -658,14 +511,16 @@ class Trainer(eqx.Module):
                 self.num_seeds is not None,
                 self.mesh,
             )
-            metrics, diverged = _to_host((metrics, diverged))
+            metrics, diverged = to_host((metrics, diverged))
             metrics = {k: np.asarray(v[:count]) for k, v in metrics.items()}
             history.append(metrics)
             chunk_end = time.perf_counter() - loop_start
             first = iteration
             iteration += count
 
-            rows = self._rows(metrics, first, spi, chunk_start, chunk_end)
+            rows = metric_rows(
+                metrics, first, spi, chunk_start, chunk_end, self.num_seeds
+            )
             if self.eval_every is not None and iteration % self.eval_every == 0:
                 evaluations, _ = self._evaluation_rows(state, eval_key, iteration)
                 for row, evaluation in zip(rows[-len(evaluations) :], evaluations):
@@ -692,7 +547,7 @@ class Trainer(eqx.Module):
         iteration: int,
         stop: int,
         checkpoint_every: int,
-        folder: "_RunFolder | None",
+        folder: RunFolder | None,
     ) -> int:
         """Iterations of the next chunk: up to `chunk_size`, ending at the next
         checkpoint or evaluation if one comes first."""
@@ -705,7 +560,7 @@ class Trainer(eqx.Module):
 
     def _finish_run(
         self,
-        folder: "_RunFolder | None",
+        folder: RunFolder | None,
         state: PyTree,
         seed: int,
         iteration: int,
@@ -749,13 +604,13 @@ class Trainer(eqx.Module):
                 + f"): return {final['return_mean']:.4g} +- "
                 f"{final['return_std']:.3g}"
             )
-        if folder is not None and _primary():
-            _write_json(folder.path / "summary.json", summary)
+        if folder is not None and primary_process():
+            write_json(folder.path / "summary.json", summary)
             if iteration == self.algorithm.num_iterations:
                 self._plot(folder.path)
 
-    def _make_loggers(self, folder: "_RunFolder | None", resumed: bool) -> tuple:
-        if not _primary():
+    def _make_loggers(self, folder: RunFolder | None, resumed: bool) -> tuple:
+        if not primary_process():
             return ()
         if self.loggers is not None:
             return tuple(self.loggers)
@@ -764,41 +619,9 @@ class Trainer(eqx.Module):
             loggers.append(CSVLogger(folder.path / "metrics.csv", append=resumed))
         return tuple(loggers)
 
-    def _rows(
-        self,
-        metrics: dict[str, np.ndarray],
-        first: int,
-        spi: int,
-        chunk_start: float,
-        chunk_end: float,
-    ) -> list[dict[str, Any]]:
-        count = len(next(iter(metrics.values()))) if metrics else 0
-        seeds = [None] if self.num_seeds is None else list(range(self.num_seeds))
-        columns = {name: _python_numbers(values) for name, values in metrics.items()}
-        rows = []
-        for j in range(count):
-            iteration = first + j + 1
-            elapsed = chunk_start + (chunk_end - chunk_start) * (j + 1) / max(count, 1)
-            for seed in seeds:
-                row: dict[str, Any] = {
-                    "iteration": iteration,
-                    "seed": seed,
-                    "env_steps": iteration * spi,
-                    "time": round(elapsed, 4),
-                }
-                for name, values in columns.items():
-                    value = values[j] if seed is None else values[j][seed]
-                    if isinstance(value, list):  # per agent: a column per agent
-                        for agent, entry in enumerate(value):
-                            row[f"{name}_agent{agent}"] = entry
-                    else:
-                        row[name] = value
-                rows.append(row)
-        return rows
-
     def _save(
         self,
-        folder: "_RunFolder",
+        folder: RunFolder,
         state: PyTree,
         seed: int,
         iteration: int,
@@ -811,78 +634,24 @@ class Trainer(eqx.Module):
             "num_seeds": self.num_seeds,
             "time": elapsed,
         }
-        sharded = self.mesh is not None
-        path = checkpoint_path(folder.checkpoints_dir, iteration, sharded=sharded)
-        # A run over a mesh writes a sharded checkpoint: each process its shards.
-        write = write_sharded_checkpoint if sharded else write_checkpoint_file
-        try:
-            write(
-                path,
-                state,
-                kind="training_state",
-                config=folder.config,
-                batch_shape=() if self.num_seeds is None else (self.num_seeds,),
-                metadata=metadata,
-            )
-        except CheckpointError as error:
-            intact = list_checkpoints(folder.checkpoints_dir)
-            last = (
-                f"The last intact checkpoint is {intact[-1][1]} (iteration "
-                f"{intact[-1][0]:,d}): free space (or fix the folder) and resume "
-                "from it with resume=True (--resume)."
-                if intact
-                else "No checkpoint of this run was written yet."
-            )
-            raise CheckpointError(f"{error} {last}") from None
-        if _primary():
-            prune_checkpoints(folder.checkpoints_dir, self.keep_checkpoints)
-        _sync(f"eqxrl: checkpoint {iteration} pruned")
-        folder.checkpoints = list_checkpoints(folder.checkpoints_dir)
+        folder.save(
+            state,
+            iteration,
+            metadata,
+            sharded=self.mesh is not None,
+            batch_shape=() if self.num_seeds is None else (self.num_seeds,),
+            keep=self.keep_checkpoints,
+        )
 
-    def _resume(self, folder: "_RunFolder", seed: int) -> tuple[PyTree, int, float]:
-        path = folder.checkpoints[-1][1]
-        try:
-            state, _, header = load_training_state(
-                path,
-                algorithm=self.algorithm,
-                expected_config=folder.config,
-                mesh=self.mesh,
-            )
-        except CheckpointError as error:
-            hint = ""
-            if error.corrupt:
-                hint = (
-                    f" To resume from the checkpoint before it, delete {path}."
-                    if len(folder.checkpoints) > 1
-                    else " It is the only checkpoint: start a new run."
-                )
-            raise CheckpointError(f"Cannot resume: {error}{hint}") from None
-        metadata = header.get("metadata", {})
-        for name, value in (("seed", seed), ("num_seeds", self.num_seeds)):
-            if metadata.get(name) != value:
-                raise CheckpointError(
-                    f"Cannot resume from {path}: it was written with {name}="
-                    f"{metadata.get(name)!r}, this run has {name}={value!r}. Use the "
-                    "same value to resume exactly."
-                )
-        iteration = int(metadata["iteration"])
-        counted = _to_host(getattr(state, "iteration", None))
-        if counted is not None and not bool(np.all(np.asarray(counted) == iteration)):
-            raise CheckpointError(
-                f"Cannot resume from {path}: its header says iteration {iteration:,d} "
-                f"but the state it holds has done {np.asarray(counted).ravel()[0]:,d} "
-                "iterations; the file is inconsistent."
-            )
-        if iteration > self.algorithm.num_iterations:
-            raise CheckpointError(
-                f"Cannot resume from {path}: it is at iteration {iteration:,d}, past "
-                f"the {self.algorithm.num_iterations:,d} iterations of this run."
-            )
+    def _resume(self, folder: RunFolder, seed: int) -> tuple[PyTree, int, float]:
+        path, state, iteration, seconds = folder.load_latest(
+            self.algorithm, self.mesh, seed, self.num_seeds
+        )
         self._say(f"resuming from {path} (iteration {iteration:,d})")
-        return state, iteration, float(metadata.get("time", 0.0))
+        return state, iteration, seconds
 
     def _finish(
-        self, folder: "_RunFolder | None", state: PyTree, seed: int, eval_key
+        self, folder: RunFolder | None, state: PyTree, seed: int, eval_key
     ) -> dict[str, Any]:
         """Final evaluation; with a run folder, the policy export and the GIF."""
         extras: dict[str, Any] = {}
@@ -908,8 +677,8 @@ class Trainer(eqx.Module):
             single = jtu.tree_map(lambda x: x[best] if eqx.is_array(x) else x, state)
             extras["policy_seed_index"] = best
         if jax.process_count() > 1:
-            single = _to_local(single)
-        if not _primary():
+            single = to_local(single)
+        if not primary_process():
             return extras
         save_policy(
             out / "policy.eqx",
@@ -955,43 +724,8 @@ class Trainer(eqx.Module):
             pass
 
 
-def _primary() -> bool:
-    """Whether this is the process that writes logs, plots and the run folder's
-    files (process 0; the only one without `jax.distributed`)."""
-    return jax.process_index() == 0
-
-
-def _sync(name: str) -> None:
-    """Wait for every process (with `jax.distributed`; nothing otherwise)."""
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
-
-
-def _to_host(tree: PyTree) -> PyTree:
-    """`tree`'s arrays as NumPy arrays on this host. With several processes the
-    arrays span processes, and every process gets the whole of each."""
-    if jax.process_count() == 1:
-        return jax.device_get(tree)
-    return multihost_utils.process_allgather(tree, tiled=True)
-
-
-def _to_local(tree: PyTree) -> PyTree:
-    """`tree` with arrays that span processes replaced by whole copies on this
-    process's device (PRNG keys included)."""
-
-    def local(leaf: Any) -> Any:
-        if not isinstance(leaf, jax.Array):
-            return leaf
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            data = jnp.asarray(_to_host(jr.key_data(leaf)))
-            return jr.wrap_key_data(data, impl=jr.key_impl(leaf))
-        return jnp.asarray(_to_host(leaf))
-
-    return jtu.tree_map(local, tree)
-
-
 def _raise_if_diverged(
-    diverged: np.ndarray, first: int, folder: "_RunFolder | None"
+    diverged: np.ndarray, first: int, folder: RunFolder | None
 ) -> None:
     """Raise FloatingPointError naming the first iteration of a chunk after which
     the algorithm's `diverged` held."""
@@ -1011,154 +745,3 @@ def _raise_if_diverged(
         "large, non-finite rewards or observations, unbounded rewards (try "
         "normalize_rewards)." + where + " Trainer(throw=False) trains on regardless."
     )
-
-
-# Run folders: what a new run refuses to overwrite, and one process at a time.
-_RESULT_FILES = (
-    "config.json",
-    "metrics.csv",
-    "metrics.jsonl",
-    "summary.json",
-    "policy.eqx",
-    "curve.png",
-    "eval.gif",
-)
-_LOCK_FILE = ".eqxrl.lock"
-_EVAL_SEED = 0x5EED
-
-
-class _RunFolder:
-    """A run folder opened by one `Trainer.fit`: writable, locked against other
-    processes, and either new, or resumed on purpose."""
-
-    def __init__(self, path: Path, resume: bool, config: dict[str, Any], lock: Any):
-        self.path = path
-        self.resume = resume
-        self.config = config  # the algorithm's, as checkpoints record it
-        self.checkpoints_dir = path / "checkpoints"
-        self.checkpoints = list_checkpoints(self.checkpoints_dir)
-        self._lock = lock
-
-    @classmethod
-    def open(cls, path: Path, resume: bool, config: dict[str, Any]) -> "_RunFolder":
-        _check_writable(path)
-        lock = _lock_folder(path)
-        try:
-            folder = cls(path, resume, config, lock)
-            if not resume:
-                folder.refuse_earlier_results()
-            folder.checkpoints_dir.mkdir(exist_ok=True)
-            for stale in folder.checkpoints_dir.glob(".checkpoint-*.tmp"):
-                # Left by a process killed mid-write (a sharded one is a folder).
-                if stale.is_dir():
-                    shutil.rmtree(stale, ignore_errors=True)
-                else:
-                    stale.unlink(missing_ok=True)
-        except BaseException:
-            _unlock(lock)
-            raise
-        return folder
-
-    @classmethod
-    def follow(cls, path: Path, resume: bool, config: dict[str, Any]) -> "_RunFolder":
-        """The folder another process (process 0) has opened: read, not locked."""
-        return cls(path, resume, config, None)
-
-    def refuse_earlier_results(self) -> None:
-        found = [name for name in _RESULT_FILES if (self.path / name).exists()]
-        if self.checkpoints:
-            found.insert(0, f"checkpoints up to iteration {self.checkpoints[-1][0]:,d}")
-        if found:
-            raise FileExistsError(
-                f"{self.path} already holds a run ({', '.join(found)}). Resume it "
-                "(resume=True, --resume) or choose another output folder; nothing "
-                "was changed."
-            )
-
-    def describe_contents(self) -> str:
-        """`runs/x/: checkpoints/, config.json, ...`: what the folder holds."""
-        entries = sorted(
-            entry.name + ("/" if entry.is_dir() else "")
-            for entry in self.path.iterdir()
-            if not entry.name.startswith(".")
-        )
-        return f"{self.path}/: {', '.join(entries)}"
-
-    def release(self) -> None:
-        _unlock(self._lock)
-        self._lock = None
-
-
-def _lock_folder(path: Path) -> Any:
-    """An exclusive lock on `path/.eqxrl.lock` (released when the process ends,
-    however it ends), or a `FileExistsError` if another process holds it."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        return None
-    handle = open(path / _LOCK_FILE, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        if not isinstance(error, BlockingIOError):
-            # A filesystem without locks (some network mounts): go on unlocked.
-            handle.close()
-            warnings.warn(
-                f"Cannot lock {path / _LOCK_FILE} ({error.strerror}): another "
-                "process could use this run folder at the same time.",
-                stacklevel=4,
-            )
-            return None
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise FileExistsError(
-            f"{path} is in use by another training process (pid {holder}); wait for "
-            "it to finish or choose another output folder."
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
-
-
-def _unlock(handle: Any) -> None:
-    if handle is not None:
-        handle.close()  # closing the file releases the lock
-
-
-def _python_numbers(values: np.ndarray) -> list:
-    """Metrics as (nested) lists of Python numbers; float32 values as the shortest
-    decimal that reads back to the same float32 (`0.00025`, not
-    `0.0002500000118743628`)."""
-    if values.dtype == np.float32:
-        return np.vectorize(float, otypes=[object])(values.astype(str)).tolist()
-    return values.tolist()
-
-
-def _return_postfix(
-    recent: RecentEpisodes, metrics: Mapping[str, np.ndarray]
-) -> str | None:
-    """The progress bar's return: the mean over the last episodes to end, all
-    seeds together (with several agents, the team's return: their sum); for an
-    algorithm that does not count its episodes, the latest iteration's value."""
-    episodes, means = recent.pooled()
-    value = means.get("total_episode_return", means.get("episode_return"))
-    if episodes and value is not None:
-        return f"return {value:.4g} (last {episodes:,d} episodes)"
-    latest = None if "episode_count" in metrics else _latest_return(metrics)
-    return None if latest is None else f"return {latest:.4g}"
-
-
-def _latest_return(metrics: Mapping[str, np.ndarray]) -> float | None:
-    # With several agents, the team's return (their sum).
-    values = metrics.get("total_episode_return", metrics.get("episode_return"))
-    if values is None:
-        return None
-    values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
-    for row in values[::-1]:
-        finite = row[np.isfinite(row)]
-        if finite.size:
-            return float(finite.mean())
-    return None
