@@ -82,7 +82,11 @@ def _mappo(
             f"--critic-input: a centralized critic is MAPPO's, which trains PPO, not "
             f"{type(algorithm).__name__}; use --algo ppo or drop the flag."
         )
-    share_critic = {"yes": True, "no": False, None: None}[run.get("share_critic")]
+    share_critic = run.get("share_critic")
+    if not isinstance(share_critic, bool | None):  # a config file may say true/false
+        if str(share_critic).strip().lower() not in ("yes", "no"):
+            raise ValueError(f"--share-critic {share_critic!r}: choose yes or no.")
+        share_critic = str(share_critic).strip().lower() == "yes"
     return MAPPO(
         algorithm,
         share_parameters=bool(run.get("share_parameters")),
