@@ -16,39 +16,27 @@ Run (from the repository root, in the dev venv):
     NPROC=8 .venv/bin/python benchmarks/env_throughput.py --num-envs 1 4096 \
         --steps 2000 --repeats 9
 
-`measure_eqxrl(num_envs, steps, repeats)` returns the numbers as a dict;
-`compile_eqxrl(num_envs, steps)` returns a timed runner, which `peers.py` alternates
+`compile_eqxrl(num_envs, steps)` returns the program, which `peers.py` alternates
 with gymnax's.
 """
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from _harness import Program, compile_program
 
 import eqxrl
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 4096)
-DEFAULT_STEPS = 1000
-DEFAULT_REPEATS = 5
-DEFAULT_MIN_WORK = 100_000
 
 
-def scan_length(num_envs: int, steps: int, min_work: int = DEFAULT_MIN_WORK) -> int:
+def scan_length(num_envs: int, steps: int, min_work: int = 100_000) -> int:
     """`steps`, or more so that `num_envs * length >= min_work`."""
     return max(steps, -(-min_work // num_envs))
-
-
-def timed_call(compiled: Callable, *args) -> float:
-    """Wall-clock seconds of one call of a compiled function, outputs ready."""
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    return time.perf_counter() - start
 
 
 def _eqxrl_rollout(env: eqxrl.envs.AbstractEnvironment, key, num_envs: int, steps: int):
@@ -71,64 +59,26 @@ def _eqxrl_rollout(env: eqxrl.envs.AbstractEnvironment, key, num_envs: int, step
     return state, total
 
 
-def compile_eqxrl(num_envs: int, steps: int) -> tuple[Callable[[int], float], float]:
-    """Compile the eqxrl rollout of `num_envs` x `steps` random-action steps.
-
-    **Returns:**
-
-    `(run, compile_seconds)`: `run(seed)` executes the compiled rollout once with
-    `jax.random.key(seed)` and returns its wall-clock seconds.
-    """
+def compile_eqxrl(num_envs: int, steps: int) -> Program:
+    """The eqxrl rollout of `num_envs` x `steps` random-action steps, compiled; a
+    run uses `jax.random.key(seed)`."""
     env = eqxrl.envs.AutoReset(eqxrl.envs.make("CartPole-v1"))
-    rollout = eqx.filter_jit(_eqxrl_rollout)
-    start = time.perf_counter()
-    compiled = rollout.lower(env, jr.key(0), num_envs, steps).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int) -> float:
-        return timed_call(compiled, env, jr.key(seed), num_envs, steps)
-
-    return run, compile_seconds
-
-
-def summarize(seconds: list[float], work: int) -> dict[str, float]:
-    """Best and median of `work / seconds` (e.g. environment steps per second)."""
-    rates = [work / s for s in seconds]
-    return {"best_sps": max(rates), "median_sps": statistics.median(rates)}
-
-
-def measure_eqxrl(
-    num_envs: int, steps: int = DEFAULT_STEPS, repeats: int = DEFAULT_REPEATS
-) -> dict:
-    """Compile time and steps/s of eqxrl CartPole-v1 with random actions.
-
-    **Returns:**
-
-    A dict with `num_envs`, `steps`, `compile_s`, `warmup_s` (the first call after
-    compiling, not counted), `seconds` (each timed call), `best_sps` and `median_sps`.
-    """
-    run, compile_seconds = compile_eqxrl(num_envs, steps)
-    warmup_seconds = run(0)
-    seconds = [run(seed) for seed in range(1, repeats + 1)]
-    return {
-        "num_envs": num_envs,
-        "steps": steps,
-        "compile_s": compile_seconds,
-        "warmup_s": warmup_seconds,
-        "seconds": seconds,
-        **summarize(seconds, num_envs * steps),
-    }
+    return compile_program(
+        eqx.filter_jit(_eqxrl_rollout),
+        lambda seed: (env, jr.key(seed), num_envs, steps),
+        num_envs * steps,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=DEFAULT_NUM_ENVS)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
         "--min-work",
         type=int,
-        default=DEFAULT_MIN_WORK,
+        default=100_000,
         help="raise the scan length of small N to this many env steps per call",
     )
     args = parser.parse_args()
@@ -144,10 +94,14 @@ def main() -> None:
     )
     for num_envs in args.num_envs:
         steps = scan_length(num_envs, args.steps, args.min_work)
-        result = measure_eqxrl(num_envs, steps, args.repeats)
+        program = compile_eqxrl(num_envs, steps)
+        program.run(0)  # warm-up
+        rates = [
+            program.work / program.run(seed)[0] for seed in range(1, 1 + args.repeats)
+        ]
         print(
-            f"{num_envs:>6} {steps:>7} {result['best_sps']:>14,.0f} "
-            f"{result['median_sps']:>15,.0f} {result['compile_s']:>10.2f}",
+            f"{num_envs:>6} {steps:>7} {max(rates):>14,.0f} "
+            f"{statistics.median(rates):>15,.0f} {program.compile_seconds:>10.2f}",
             flush=True,
         )
 

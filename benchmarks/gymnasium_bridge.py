@@ -1,7 +1,7 @@
 """The gymnasium host bridge against pure-JAX CartPole: what the bridge costs.
 
-Two measurements, each alternating bridge and pure JAX in one process (A B A B ...,
-`--pairs` pairs after one untimed warm-up of each), printing the median and best of
+Two measurements, each alternating bridge and pure JAX in one process (A B, then
+B A, `--pairs` pairs after one untimed warm-up of each), printing the median and best of
 each side and the median and best ratio (pure JAX / bridge, per pair):
 
 - `env`: environment steps per second of a random-action rollout, `num_envs`
@@ -29,12 +29,13 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from _harness import Program, alternate, compile_program
 
 import eqxrl
 
 
-def rollout_runner(env: eqxrl.envs.AbstractEnvironment, num_envs: int, steps: int):
-    """A compiled random-action rollout: `(run(seed) -> seconds, compile_s)`."""
+def rollout_program(env: eqxrl.envs.AbstractEnvironment, num_envs: int, steps: int):
+    """A compiled random-action rollout."""
     env = eqxrl.envs.AutoReset(env)
 
     def rollout(key):
@@ -55,61 +56,40 @@ def rollout_runner(env: eqxrl.envs.AbstractEnvironment, num_envs: int, steps: in
         _, rewards = jax.lax.scan(body, (state, timestep), jr.split(key, steps))
         return rewards.sum()
 
-    start = time.perf_counter()
-    compiled = jax.jit(rollout).lower(jr.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int) -> float:
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(jr.key(seed)))
-        return time.perf_counter() - start
-
-    return run, compile_seconds
+    return compile_program(
+        jax.jit(rollout), lambda seed: (jr.key(seed),), num_envs * steps
+    )
 
 
-def ppo_runner(env: eqxrl.envs.AbstractEnvironment, num_envs: int, iterations: int):
-    """A compiled PPO run of `iterations` iterations: `(run(seed), compile_s)`."""
+def ppo_program(env: eqxrl.envs.AbstractEnvironment, num_envs: int, iterations: int):
+    """A compiled PPO run of `iterations` iterations."""
     ppo = eqxrl.PPO(
         env=env,
         num_envs=num_envs,
         num_steps=128,
         total_timesteps=num_envs * 128 * iterations,
     )
-
-    @eqx.filter_jit
-    def train(ppo, key):
-        return ppo.train(key)[1]["total_loss"]
-
-    start = time.perf_counter()
-    compiled = train.lower(ppo, jr.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int) -> float:
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(ppo, jr.key(seed)))
-        return time.perf_counter() - start
-
-    return run, compile_seconds
+    train = eqx.filter_jit(lambda ppo, key: ppo.train(key)[1]["total_loss"])
+    return compile_program(
+        train, lambda seed: (ppo, jr.key(seed)), num_envs * 128 * iterations
+    )
 
 
-def alternate(name: str, bridge, pure, env_steps: int, pairs: int) -> None:
+def compare(name: str, bridge: Program, pure: Program, pairs: int) -> None:
     """Time bridge and pure JAX alternately and print steps/s and ratios."""
-    (run_bridge, compile_bridge), (run_pure, compile_pure) = bridge, pure
-    run_bridge(0), run_pure(0)  # warm-up
-    bridge_rates, pure_rates = [], []
-    for seed in range(1, pairs + 1):
-        bridge_rates.append(env_steps / run_bridge(seed))
-        pure_rates.append(env_steps / run_pure(seed))
-    ratios = [p / b for p, b in zip(pure_rates, bridge_rates, strict=True)]
-    print(f"[{name}] {env_steps:,} env steps per run, {pairs} pairs (A B A B ...)")
-    print(
-        f"  bridge   (from_gymnasium): median {statistics.median(bridge_rates):>12,.0f}"
-        f" steps/s, best {max(bridge_rates):>12,.0f}, compile {compile_bridge:5.2f} s"
-    )
-    print(
-        f"  pure JAX (make)          : median {statistics.median(pure_rates):>12,.0f}"
-        f" steps/s, best {max(pure_rates):>12,.0f}, compile {compile_pure:5.2f} s"
-    )
+    result = alternate({"bridge": bridge, "pure": pure}, pairs, unit=None)
+    ratios = result.ratios("pure", "bridge")
+    print(f"[{name}] {bridge.work:,} env steps per run, {pairs} pairs")
+    for side, label in (
+        ("bridge", "bridge   (from_gymnasium)"),
+        ("pure", "pure JAX (make)          "),
+    ):
+        rates = result.rates(side)
+        print(
+            f"  {label}: median {statistics.median(rates):>12,.0f}"
+            f" steps/s, best {max(rates):>12,.0f}, compile "
+            f"{result.programs[side].compile_seconds:5.2f} s"
+        )
     print(
         f"  pure JAX / bridge: median {statistics.median(ratios):.1f}x, "
         f"best {max(ratios):.1f}x, worst {min(ratios):.1f}x"
@@ -146,20 +126,18 @@ def main() -> None:
     )
     bridge_env = eqxrl.envs.from_gymnasium("CartPole-v1")
     pure_env = eqxrl.envs.make("CartPole-v1")
-    n = args.num_envs
-    alternate(
-        f"env: {n} envs x {args.rollout_steps} steps, random actions",
-        rollout_runner(bridge_env, n, args.rollout_steps),
-        rollout_runner(pure_env, n, args.rollout_steps),
-        n * args.rollout_steps,
+    n, steps, iterations = args.num_envs, args.rollout_steps, args.iterations
+    compare(
+        f"env: {n} envs x {steps} steps, random actions",
+        rollout_program(bridge_env, n, steps),
+        rollout_program(pure_env, n, steps),
         args.pairs,
     )
-    alternate(
-        f"ppo: {n} envs x 128 steps x {args.iterations} iterations, "
+    compare(
+        f"ppo: {n} envs x 128 steps x {iterations} iterations, "
         "4 epochs x 4 minibatches",
-        ppo_runner(bridge_env, n, args.iterations),
-        ppo_runner(pure_env, n, args.iterations),
-        n * 128 * args.iterations,
+        ppo_program(bridge_env, n, iterations),
+        ppo_program(pure_env, n, iterations),
         args.pairs,
     )
     bridge_env.close()

@@ -52,12 +52,7 @@ on a 2-core CPU loaded ~4x by other jobs, less when idle):
 """
 
 import argparse
-import importlib.util
 import statistics
-import sys
-import time
-import types
-from collections.abc import Callable
 from pathlib import Path
 
 import gymnax
@@ -66,52 +61,30 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import rejax
-from env_throughput import compile_eqxrl, scan_length, timed_call
+from _harness import (
+    PUREJAXRL_CONFIG,
+    Program,
+    alternate,
+    compile_program,
+    import_purejaxrl,
+    print_comparison,
+    purejaxrl_program,
+    versions,
+)
+from env_throughput import compile_eqxrl, scan_length
 from ppo_cartpole import CONFIGS, NUM_SEEDS, compile_eqxrl_ppo, make_ppo
 from rejax.evaluate import evaluate as rejax_evaluate
 
 import eqxrl
 
-LAST_ITERATIONS = 10
 EVAL_EPISODES = 128
-
-# A runner: `run(seed) -> (seconds, final_train_return or nan, final_state)`.
-Runner = Callable[[int], tuple[float, float, object]]
-
-
-# --------------------------------------------------------------------------------------
-# Reporting
-
-
-def ratio_summary(ours: list[float], peer: list[float]) -> dict[str, float]:
-    """Speed ratios ours/peer from per-round wall times (time_peer / time_ours)."""
-    ratios = [p / o for o, p in zip(ours, peer, strict=True)]
-    return {
-        "ratios": ratios,
-        "median": statistics.median(ratios),
-        "best_round": max(ratios),
-        "best_vs_best": min(peer) / min(ours),
-    }
-
-
-def print_ratios(label: str, summary: dict) -> None:
-    rounds = " ".join(f"{r:.2f}" for r in summary["ratios"])
-    print(
-        f"  {label}: per-round ratios ours/peer [{rounds}]; median "
-        f"{summary['median']:.2f}x, best round {summary['best_round']:.2f}x, "
-        f"best run vs best run {summary['best_vs_best']:.2f}x"
-    )
-
-
-def fmt_return(value: float) -> str:
-    return "n/a" if value is None or np.isnan(value) else f"{value:.1f}"
 
 
 # --------------------------------------------------------------------------------------
 # (a) environment throughput
 
 
-def compile_gymnax(num_envs: int, steps: int) -> tuple[Callable[[int], float], float]:
+def compile_gymnax(num_envs: int, steps: int) -> Program:
     """gymnax CartPole-v1 (auto-resetting `step`), same rollout as eqxrl's."""
     env, env_params = gymnax.make("CartPole-v1")
 
@@ -134,268 +107,96 @@ def compile_gymnax(num_envs: int, steps: int) -> tuple[Callable[[int], float], f
         (state, total), _ = jax.lax.scan(body, init, jr.split(scan_key, steps))
         return state, total
 
-    start = time.perf_counter()
-    compiled = jax.jit(rollout).lower(env_params, jr.PRNGKey(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int) -> float:
-        return timed_call(compiled, env_params, jr.PRNGKey(seed))
-
-    return run, compile_seconds
+    arguments = lambda seed: (env_params, jr.PRNGKey(seed))  # noqa: E731
+    return compile_program(jax.jit(rollout), arguments, num_envs * steps)
 
 
 def compare_env(num_envs: int, steps: int, pairs: int) -> dict:
     print(f"\n(a) env throughput, N={num_envs}, scan of {steps} steps, {pairs} pairs")
-    ours, ours_compile = compile_eqxrl(num_envs, steps)
-    peer, peer_compile = compile_gymnax(num_envs, steps)
-    ours(0), peer(0)  # warm-up
-    ours_times, peer_times = [], []
-    for seed in range(1, pairs + 1):
-        ours_times.append(ours(seed))
-        peer_times.append(peer(seed))
-    work = num_envs * steps
-    summary = ratio_summary(ours_times, peer_times)
-    summary.update(
-        what=f"env steps/s CartPole N={num_envs} vs gymnax",
-        ours_sps=statistics.median(work / t for t in ours_times),
-        peer_sps=statistics.median(work / t for t in peer_times),
-        ours_best_sps=work / min(ours_times),
-        peer_best_sps=work / min(peer_times),
-        ours_compile=ours_compile,
-        peer_compile=peer_compile,
-    )
-    print(
-        f"  steps/s median (best): eqxrl {summary['ours_sps']:,.0f} "
-        f"({summary['ours_best_sps']:,.0f}), gymnax {summary['peer_sps']:,.0f} "
-        f"({summary['peer_best_sps']:,.0f})"
-    )
-    print(f"  compile s: eqxrl {ours_compile:.2f}, gymnax {peer_compile:.2f}")
-    print_ratios("eqxrl/gymnax", summary)
-    return summary
+    programs = {
+        "eqxrl": compile_eqxrl(num_envs, steps),
+        "gymnax": compile_gymnax(num_envs, steps),
+    }
+    (summary,) = print_comparison(alternate(programs, pairs))
+    return {**summary, "what": f"env steps/s CartPole N={num_envs} vs gymnax"}
 
 
 # --------------------------------------------------------------------------------------
 # (b), (c) PPO
 
 
-def train_return(returns: np.ndarray, ended: np.ndarray) -> float:
-    """Nan-aware mean over the last iterations of the per-iteration mean return of
-    the episodes that ended; `returns` and `ended` are `[iterations, ...]`."""
-    axes = tuple(range(1, returns.ndim))
-    count = ended.sum(axis=axes)
-    total = np.where(ended, returns, 0.0).sum(axis=axes)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_iteration = np.where(count > 0, total / count, np.nan)
-    return float(np.nanmean(per_iteration[-LAST_ITERATIONS:]))
-
-
-def eqxrl_ppo_runner(config_name: str) -> tuple[Runner, float, int]:
-    run, compile_seconds, env_steps = compile_eqxrl_ppo(config_name)
-
-    def runner(seed: int):
-        seconds, returns, state = run(seed)
-        return seconds, float(np.mean(returns)), state
-
-    return runner, compile_seconds, env_steps
-
-
 def rejax_ppo(num_iterations: int, num_envs: int = 4):
     """rejax PPO with the contract config (or another number of environments) and
-    no evaluation during training."""
+    no evaluation during training: one evaluation "period" covering the whole run,
+    no initial evaluation and a no-op evaluation."""
     batch = num_envs * 128
     algo = rejax.get_algo("ppo").create(
-        env="CartPole-v1",
-        num_envs=num_envs,
-        num_steps=128,
-        num_epochs=4,
-        num_minibatches=4,
-        learning_rate=2.5e-4,
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_eps=0.2,
-        ent_coef=0.01,
-        vf_coef=0.5,
-        max_grad_norm=0.5,
-        total_timesteps=num_iterations * batch,
-        # One evaluation "period" covering the whole run, no initial evaluation
-        # and a no-op evaluation: training alone is timed.
-        eval_freq=num_iterations * batch,
-        skip_initial_evaluation=True,
-        normalize_observations=False,
+        env="CartPole-v1", num_envs=num_envs, num_steps=128, num_epochs=4,
+        num_minibatches=4, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95,
+        clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+        total_timesteps=num_iterations * batch, eval_freq=num_iterations * batch,
+        skip_initial_evaluation=True, normalize_observations=False,
         normalize_rewards=False,
         agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
-    )
+    )  # fmt: skip
     return algo.replace(eval_callback=lambda algo, ts, rng: jnp.zeros(()))
 
 
-def _keys(seed: int, num_seeds: int):
-    """One legacy key, or `num_seeds` of them for a vmapped run."""
-    key = jr.PRNGKey(seed)
-    return key if num_seeds == 1 else jr.split(key, num_seeds)
-
-
-def rejax_ppo_runner(
-    num_iterations: int, num_envs: int, num_seeds: int
-) -> tuple[Runner, float, int, object]:
-    algo = rejax_ppo(num_iterations, num_envs)
+def rejax_ppo_program(algo, num_seeds: int) -> Program:
     train = algo.train if num_seeds == 1 else jax.vmap(algo.train)
-    start = time.perf_counter()
-    compiled = jax.jit(train).lower(_keys(0, num_seeds)).compile()
-    compile_seconds = time.perf_counter() - start
 
-    def runner(seed: int):
-        start = time.perf_counter()
-        ts, _ = jax.block_until_ready(compiled(_keys(seed, num_seeds)))
-        return time.perf_counter() - start, float("nan"), ts
+    def keys(seed: int) -> tuple:
+        key = jr.PRNGKey(seed)
+        return (key if num_seeds == 1 else jr.split(key, num_seeds),)
 
-    steps = num_seeds * num_iterations * num_envs * 128
-    return runner, compile_seconds, steps, algo
-
-
-PUREJAXRL_CONFIG = {
-    "LR": 2.5e-4,
-    "NUM_ENVS": 4,
-    "NUM_STEPS": 128,
-    "TOTAL_TIMESTEPS": 500_000,
-    "UPDATE_EPOCHS": 4,
-    "NUM_MINIBATCHES": 4,
-    "GAMMA": 0.99,
-    "GAE_LAMBDA": 0.95,
-    "CLIP_EPS": 0.2,
-    "ENT_COEF": 0.01,
-    "VF_COEF": 0.5,
-    "MAX_GRAD_NORM": 0.5,
-    "ACTIVATION": "tanh",
-    "ENV_NAME": "CartPole-v1",
-    "ANNEAL_LR": True,
-    "DEBUG": False,
-}
-
-
-def import_purejaxrl(path: Path) -> types.ModuleType:
-    """Import PureJaxRL's ppo.py (and the wrappers.py beside it) from `path`."""
-    folder = str(path.resolve().parent)
-    if not (path.parent / "wrappers.py").exists():
-        raise SystemExit(
-            f"--purejaxrl: {path.parent}/wrappers.py is missing; extract "
-            "purejaxrl/wrappers.py next to ppo.py."
-        )
-    stubs = {}
-    for name in ("brax", "navix"):
-        if importlib.util.find_spec(name) is None:
-            stubs[name] = types.ModuleType(name)
-    if "brax" in stubs:  # wrappers.py imports these at the top, uses them lazily
-        training = types.ModuleType("brax.envs.wrappers.training")
-        training.EpisodeWrapper = training.AutoResetWrapper = None
-        stubs["brax.envs"] = types.ModuleType("brax.envs")
-        stubs["brax.envs.wrappers"] = types.ModuleType("brax.envs.wrappers")
-        stubs["brax.envs.wrappers.training"] = training
-        stubs["brax"].envs = stubs["brax.envs"]
-    if stubs:
-        print(f"  (stubbing {sorted(stubs)} to import PureJaxRL's wrappers.py)")
-    sys.modules.update(stubs)
-    sys.path.insert(0, folder)
-    try:
-        spec = importlib.util.spec_from_file_location("purejaxrl_ppo", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(folder)
-        for name in stubs:
-            sys.modules.pop(name, None)
-    return module
-
-
-def purejaxrl_runner(
-    module: types.ModuleType, config_name: str
-) -> tuple[Runner, float, int]:
-    config = dict(PUREJAXRL_CONFIG)
-    config["NUM_ENVS"] = CONFIGS[config_name]["num_envs"]
-    config["TOTAL_TIMESTEPS"] = CONFIGS[config_name]["total_timesteps"]
-    num_seeds = NUM_SEEDS[config_name]
-    train = module.make_train(config)  # fills in NUM_UPDATES
-    if num_seeds > 1:
-        train = jax.vmap(train)
-    start = time.perf_counter()
-    compiled = jax.jit(train).lower(_keys(0, num_seeds)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def runner(seed: int):
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(_keys(seed, num_seeds)))
-        seconds = time.perf_counter() - start
-        metrics = out["metrics"]
-        returns = np.asarray(metrics["returned_episode_returns"])
-        ended = np.asarray(metrics["returned_episode"])
-        if num_seeds > 1:  # [seeds, iterations, ...] -> [iterations, ..., seeds]
-            returns, ended = np.moveaxis(returns, 0, -1), np.moveaxis(ended, 0, -1)
-        final = train_return(returns, ended)
-        return seconds, final, out["runner_state"][0]
-
-    env_steps = (
-        num_seeds * config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
+    steps = num_seeds * algo.total_timesteps
+    return compile_program(
+        jax.jit(train), keys, steps, lambda out, seed: {"state": out[0]}
     )
-    return runner, compile_seconds, int(env_steps)
 
 
-def evaluate_return(act: Callable, seed: int) -> float:
+def evaluate_return(act) -> float:
     """rejax's evaluator: mean return of `EVAL_EPISODES` gymnax CartPole episodes."""
     env, env_params = gymnax.make("CartPole-v1")
     _, returns = rejax_evaluate(
-        act, jr.PRNGKey(10_000 + seed), env, env_params, EVAL_EPISODES, 500
+        act, jr.PRNGKey(10_000), env, env_params, EVAL_EPISODES, 500
     )
     return float(np.mean(returns))
 
 
 def compare_ppo(pairs: int, purejaxrl: Path | None, config_name: str) -> list[dict]:
     print(f"\n(b, c) PPO on CartPole-v1, {config_name} config, {pairs} rounds")
-    ours, ours_compile, ours_steps = eqxrl_ppo_runner(config_name)
     ppo = make_ppo(config_name)
     num_seeds = NUM_SEEDS[config_name]
-    rejax_run, rejax_compile, rejax_steps, rejax_algo = rejax_ppo_runner(
-        ppo.num_iterations, ppo.num_envs, num_seeds
-    )
-    contestants = {
-        "eqxrl": (ours, ours_compile, ours_steps),
-        "rejax": (rejax_run, rejax_compile, rejax_steps),
+    algo = rejax_ppo(ppo.num_iterations, ppo.num_envs)
+    programs = {
+        "eqxrl": compile_eqxrl_ppo(config_name),
+        "rejax": rejax_ppo_program(algo, num_seeds),
     }
     if purejaxrl is not None:
         module = import_purejaxrl(purejaxrl)
-        contestants["purejaxrl"] = purejaxrl_runner(module, config_name)
+        config = {**PUREJAXRL_CONFIG, **CONFIGS[config_name]}
+        config = {key.upper(): value for key, value in config.items()}
+        programs["purejaxrl"] = purejaxrl_program(module, config, num_seeds)
     else:
-        module = None
         print("  PureJaxRL skipped: pass --purejaxrl PATH/TO/purejaxrl/ppo.py")
-    for name, (_, compile_seconds, steps) in contestants.items():
-        print(f"  {name}: compile {compile_seconds:.2f} s, {steps:,} env steps/run")
-
-    for name, (run, _, _) in contestants.items():
-        run(0)  # warm-up
-    times = {name: [] for name in contestants}
-    train_returns = {name: [] for name in contestants}
-    states = {}
-    order = list(contestants)
-    for round_index in range(pairs):
-        seed = round_index + 1
-        round_order = order if round_index % 2 == 0 else order[::-1]
-        for name in round_order:
-            seconds, final, state = contestants[name][0](seed)
-            times[name].append(seconds)
-            train_returns[name].append(final)
-            states[name] = state
+    for name, program in programs.items():
         print(
-            f"  round {seed}: "
-            + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in contestants),
-            flush=True,
+            f"  {name}: compile {program.compile_seconds:.2f} s, "
+            f"{program.work:,} env steps/run"
         )
+    result = alternate(programs, pairs)
 
     # Final policies of the last round (first seed), through rejax's evaluator.
+    states = {name: result.facts[name][-1]["state"] for name in programs}
     if num_seeds > 1:
         states = {name: jax.tree.map(lambda x: x[0], s) for name, s in states.items()}
-    eval_returns = {}
     eqxrl_policy = ppo.policy(states["eqxrl"])
-    eval_returns["eqxrl"] = evaluate_return(lambda obs, rng: eqxrl_policy(obs, rng), 0)
-    eval_returns["rejax"] = evaluate_return(rejax_algo.make_act(states["rejax"]), 0)
-    if module is not None:
+    evaluations = {
+        "eqxrl": evaluate_return(lambda obs, rng: eqxrl_policy(obs, rng)),
+        "rejax": evaluate_return(algo.make_act(states["rejax"])),
+    }
+    if purejaxrl is not None:
         network = module.ActorCritic(2, activation="tanh")
         params = states["purejaxrl"].params
 
@@ -403,55 +204,22 @@ def compare_ppo(pairs: int, purejaxrl: Path | None, config_name: str) -> list[di
             pi, _ = network.apply(params, obs)
             return pi.sample(seed=rng)
 
-        eval_returns["purejaxrl"] = evaluate_return(purejaxrl_act, 0)
-
-    def sps(name):
-        steps = contestants[name][2]
-        return [steps / t for t in times[name]]
-
-    results = []
-    for peer in [n for n in contestants if n != "eqxrl"]:
-        # Ratios of steps/s (the two runs may differ in length by an iteration).
-        ours_sps, peer_sps = sps("eqxrl"), sps(peer)
-        summary = ratio_summary([1 / s for s in ours_sps], [1 / s for s in peer_sps])
-        summary.update(
-            what=f"PPO train steps/s ({config_name}) vs {peer}",
-            ours_sps=statistics.median(ours_sps),
-            peer_sps=statistics.median(peer_sps),
-            ours_best_sps=max(ours_sps),
-            peer_best_sps=max(peer_sps),
-            ours_compile=ours_compile,
-            peer_compile=contestants[peer][1],
-            ours_return=statistics.median(train_returns["eqxrl"]),
-            peer_return=_nanmedian(train_returns[peer]),
-            ours_eval=eval_returns["eqxrl"],
-            peer_eval=eval_returns[peer],
-        )
-        print(f"\n  eqxrl vs {peer}:")
-        print(
-            f"  steps/s median (best): eqxrl {summary['ours_sps']:,.0f} "
-            f"({summary['ours_best_sps']:,.0f}), {peer} {summary['peer_sps']:,.0f} "
-            f"({summary['peer_best_sps']:,.0f})"
-        )
-        print(
-            f"  compile s: eqxrl {summary['ours_compile']:.2f}, {peer} "
-            f"{summary['peer_compile']:.2f}"
-        )
+        evaluations["purejaxrl"] = evaluate_return(purejaxrl_act)
+    # rejax logs no returns during training: its train return is n/a (NaN).
+    train = {
+        name: statistics.median([f.get("final_return", np.nan) for f in facts])
+        for name, facts in result.facts.items()
+    }
+    summaries = print_comparison(result)
+    for peer, summary in zip([n for n in programs if n != "eqxrl"], summaries):
+        summary["what"] = f"PPO train steps/s ({config_name}) vs {peer}"
         print(
             f"  final return train (median of rounds): eqxrl "
-            f"{fmt_return(summary['ours_return'])}, {peer} "
-            f"{fmt_return(summary['peer_return'])}; eval ({EVAL_EPISODES} episodes, "
-            f"last round): eqxrl {fmt_return(summary['ours_eval'])}, {peer} "
-            f"{fmt_return(summary['peer_eval'])}"
+            f"{train['eqxrl']:.1f}, {peer} {train[peer]:.1f}; eval "
+            f"({EVAL_EPISODES} episodes, last round): eqxrl "
+            f"{evaluations['eqxrl']:.1f}, {peer} {evaluations[peer]:.1f}"
         )
-        print_ratios(f"eqxrl/{peer}", summary)
-        results.append(summary)
-    return results
-
-
-def _nanmedian(values: list[float]) -> float:
-    finite = [v for v in values if not np.isnan(v)]
-    return statistics.median(finite) if finite else float("nan")
+    return summaries
 
 
 # --------------------------------------------------------------------------------------
@@ -478,15 +246,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    versions = {
-        "jax": jax.__version__,
-        "eqxrl": eqxrl.__version__,
-        "gymnax": _version("gymnax"),
-        "rejax": _version("rejax"),
-    }
+    found = {**versions("jax", "gymnax", "rejax"), "eqxrl": eqxrl.__version__}
     print(
         "peers benchmark: "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ", ".join(f"{k} {v}" for k, v in found.items())
         + f", {jax.devices()[0].platform}"
     )
     results = []
@@ -505,17 +268,11 @@ def main() -> None:
     )
     for r in results:
         print(
-            f"{r['what']:<42} {r['ours_sps']:>11,.0f} {r['peer_sps']:>11,.0f} "
+            f"{r['what']:<42} {r['ours_per_s']:>11,.0f} {r['peer_per_s']:>11,.0f} "
             f"{r['median']:>6.2f}x {r['best_round']:>5.2f}x "
             f"{r['best_vs_best']:>8.2f}x "
             f"{r['ours_compile']:>9.2f} / {r['peer_compile']:.2f}"
         )
-
-
-def _version(name: str) -> str:
-    from importlib.metadata import version
-
-    return version(name)
 
 
 if __name__ == "__main__":

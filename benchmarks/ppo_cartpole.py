@@ -29,20 +29,24 @@ an idle 2-core CPU, 7.5 minutes measured with other jobs loading it ~5x):
 (the last a quick check that the script works; `wide` needs at least 65,536 steps,
 one iteration).
 
-`measure_eqxrl_ppo(config_name, repeats)` returns the numbers as a dict;
-`compile_eqxrl_ppo(config_name)` returns a timed runner, which `peers.py`
-alternates with other libraries' PPO.
+`compile_eqxrl_ppo(config_name)` returns the program, which `peers.py` alternates
+with other libraries' PPO.
 """
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
+from _harness import (
+    Program,
+    alternate,
+    compile_program,
+    final_return,
+    lowered_program,
+)
 
 import eqxrl
 
@@ -52,8 +56,6 @@ CONFIGS: dict[str, dict] = {
     "seeds8": {"num_envs": 4, "num_steps": 128, "total_timesteps": 500_000},
 }
 NUM_SEEDS = {"contract": 1, "wide": 1, "seeds8": 8}
-DEFAULT_REPEATS = 3
-LAST_ITERATIONS = 10
 
 
 def make_ppo(config_name: str, total_timesteps: int | None = None) -> eqxrl.PPO:
@@ -66,108 +68,40 @@ def make_ppo(config_name: str, total_timesteps: int | None = None) -> eqxrl.PPO:
     return eqxrl.PPO(env=eqxrl.envs.make("CartPole-v1"), **config)
 
 
-def final_return(episode_returns: np.ndarray) -> np.ndarray:
-    """Nan-aware mean of the last `LAST_ITERATIONS` entries along the last axis."""
-    return np.nanmean(np.asarray(episode_returns)[..., -LAST_ITERATIONS:], axis=-1)
-
-
-def _train_seeds(ppo: eqxrl.PPO, keys):
-    return eqx.filter_vmap(ppo.train)(keys)
-
-
-def compile_eqxrl_ppo(
-    config_name: str, total_timesteps: int | None = None
-) -> tuple[Callable[[int], tuple[float, np.ndarray, eqxrl.PPOState]], float, int]:
-    """Compile a whole eqxrl PPO run of a named configuration (with
-    `total_timesteps` steps if given).
-
-    **Returns:**
-
-    `(run, compile_seconds, env_steps)`: `run(seed)` trains once (all seeds of the
-    configuration, keys derived from `seed`) and returns `(seconds, returns,
-    state)`: `returns` is the final return of each seed (shape `[num_seeds]`) and
-    `state` the final training state (batched over seeds for `seeds8`). `env_steps`
-    counts the environment steps of one `run`, over all seeds.
-    """
+def compile_eqxrl_ppo(config_name: str, total_timesteps: int | None = None) -> Program:
+    """A whole eqxrl PPO run of a named configuration (with `total_timesteps` steps
+    if given), compiled: a run trains every seed of the configuration, keys derived
+    from its seed. Facts: `returns`, the final return of each seed; `final_return`,
+    their mean; `state`, the final training state (batched over seeds for
+    `seeds8`). Its work counts the environment steps of every seed."""
     ppo = make_ppo(config_name, total_timesteps)
     num_seeds = NUM_SEEDS[config_name]
     # What users run: `ppo.train` (its XLA options included), returning the state
     # and every metric. (Returning `episode_return` alone let XLA drop the other
     # metrics, and that program ran 20% slower on this 2-core CPU: its kernels
     # were spread over two threads.)
-    start = time.perf_counter()
     if num_seeds == 1:
-
-        def make_key(seed):
-            return jr.key(seed)
-
-        compiled_train = ppo.lower(make_key(0)).compile()
-
-        def compiled(ppo, key):
-            return compiled_train(ppo, key, True)
+        program = lowered_program(ppo)
     else:
+        function = eqx.filter_jit(
+            lambda ppo, keys: eqx.filter_vmap(ppo.train)(keys),
+            compiler_options=ppo.compiler_options,
+        )
+        arguments = lambda seed: (ppo, jr.split(jr.key(seed), num_seeds))  # noqa: E731
+        program = compile_program(function, arguments, 0)
 
-        def make_key(seed):
-            return jr.split(jr.key(seed), num_seeds)
+    def facts(output, seed: int) -> dict:
+        state, metrics = output
+        returns = np.atleast_1d(final_return(metrics["episode_return"]))
+        return {
+            "final_return": float(np.mean(returns)),
+            "returns": returns,
+            "state": state,
+        }
 
-        train = eqx.filter_jit(_train_seeds, compiler_options=ppo.compiler_options)
-        compiled = train.lower(ppo, make_key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int) -> tuple[float, np.ndarray, eqxrl.PPOState]:
-        key = make_key(seed)
-        start = time.perf_counter()
-        state, metrics = jax.block_until_ready(compiled(ppo, key))
-        seconds = time.perf_counter() - start
-        returns = final_return(metrics["episode_return"])
-        return seconds, np.atleast_1d(returns), state
-
-    env_steps = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
-    return run, compile_seconds, env_steps
-
-
-def measure_eqxrl_ppo(
-    config_name: str,
-    repeats: int = DEFAULT_REPEATS,
-    total_timesteps: int | None = None,
-) -> dict:
-    """Compile time, steps/s and final return of eqxrl PPO on CartPole-v1.
-
-    **Arguments:**
-
-    - `config_name`: `"contract"`, `"wide"` or `"seeds8"` (see the module docstring).
-    - `repeats`: timed runs (keys 1..repeats) after one untimed warm-up (key 0).
-    - `total_timesteps`: steps per run (per seed) instead of the configuration's.
-
-    **Returns:**
-
-    A dict with `config`, `num_seeds`, `env_steps` (per run, all seeds),
-    `compile_s`, `warmup_s`, `seconds` (each timed run), `median_sps`, `best_sps`,
-    `final_returns` (per timed run, mean over seeds), `final_return` (their
-    median) and `worst_seed_return` (the lowest single seed's final return over all
-    timed runs).
-    """
-    run, compile_seconds, env_steps = compile_eqxrl_ppo(config_name, total_timesteps)
-    warmup_seconds, _, _ = run(0)
-    seconds, returns = [], []
-    for seed in range(1, repeats + 1):
-        elapsed, seed_returns, _ = run(seed)
-        seconds.append(elapsed)
-        returns.append(seed_returns)
-    rates = [env_steps / s for s in seconds]
-    return {
-        "config": config_name,
-        "num_seeds": NUM_SEEDS[config_name],
-        "env_steps": env_steps,
-        "compile_s": compile_seconds,
-        "warmup_s": warmup_seconds,
-        "seconds": seconds,
-        "median_sps": statistics.median(rates),
-        "best_sps": max(rates),
-        "final_returns": [float(np.mean(r)) for r in returns],
-        "final_return": statistics.median(float(np.mean(r)) for r in returns),
-        "worst_seed_return": float(np.min(np.concatenate(returns))),
-    }
+    program.facts = facts
+    program.work = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
+    return program
 
 
 def main() -> None:
@@ -175,7 +109,7 @@ def main() -> None:
     parser.add_argument(
         "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS)
     )
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--total-timesteps",
         type=int,
@@ -196,16 +130,19 @@ def main() -> None:
     )
     print(header)
     for name in args.configs:
-        result = measure_eqxrl_ppo(name, args.repeats, args.total_timesteps)
+        program = compile_eqxrl_ppo(name, args.total_timesteps)
+        result = alternate({name: program}, args.repeats, unit=None)
+        rates, returns = result.rates(name), result.fact(name, "returns")
         ppo = make_ppo(name, args.total_timesteps)
-        final = f"{result['final_return']:.1f}"
-        if result["num_seeds"] > 1:
-            final += f" (worst seed {result['worst_seed_return']:.1f})"
+        # The median over runs of the mean over seeds; with seeds, the worst seed.
+        final = f"{statistics.median(np.mean(r) for r in returns):.1f}"
+        if NUM_SEEDS[name] > 1:
+            final += f" (worst seed {np.min(np.concatenate(returns)):.1f})"
         print(
-            f"{name:>9} {result['num_seeds']:>5} "
+            f"{name:>9} {NUM_SEEDS[name]:>5} "
             f"{f'{ppo.num_envs} x {ppo.num_steps}':>12} {ppo.num_iterations:>5} "
-            f"{result['median_sps']:>15,.0f} {result['best_sps']:>13,.0f} "
-            f"{result['compile_s']:>9.2f} {final:>12}",
+            f"{statistics.median(rates):>15,.0f} {max(rates):>13,.0f} "
+            f"{program.compile_seconds:>9.2f} {final:>12}",
             flush=True,
         )
 

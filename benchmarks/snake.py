@@ -7,7 +7,7 @@ Environment steps/s: `N` auto-resetting games stepped with `jax.vmap` inside one
 `lax.scan` (one compiled call), actions drawn uniformly among the valid moves from the
 action mask, the observation summed into the output so that it is really computed. Both
 libraries run the same loop, on the same board size and `N`, in the same process,
-alternating (A B A B ...); the script prints the median and best ratio over the pairs
+alternating (A B, then B A); the script prints the median and best ratio over the pairs
 and the compile times separately. With `--ignore-observation` the observation is not
 consumed, so XLA drops its computation in both libraries: that measures the state
 update alone, as many environment benchmarks do. Jumanji's game is wrapped in its
@@ -25,12 +25,12 @@ A quick check that the script works (seconds, not a measurement):
 
 import argparse
 import statistics
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from _harness import alternate, compile_program
 
 import eqxrl
 
@@ -92,49 +92,29 @@ def jumanji_loop(size: int, num_envs: int, num_steps: int, consume: bool = True)
     return jax.jit(run)
 
 
-def compile_seconds(function, key) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(function(key))
-    return time.perf_counter() - start
-
-
-def timed(function, key) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(function(key))
-    return time.perf_counter() - start
-
-
 def benchmark_env(
     size: int, num_envs: int, pairs: int, consume: bool, smoke: bool = False
 ) -> None:
     num_steps = 64 if smoke else max(64, min(32768, 2**18 // num_envs))
-    steps = num_envs * num_steps
-    ours = eqxrl_loop(size, num_envs, num_steps, consume)
-    compile_ours = compile_seconds(ours, jr.key(0))
-    if jumanji is None:
-        times = [timed(ours, jr.key(i)) for i in range(pairs)]
-        print(
-            f"{size}x{size} N={num_envs:>5}: eqxrl {steps / min(times) / 1e6:6.3f} M "
-            f"steps/s (median {steps / statistics.median(times) / 1e6:.3f}) | compile "
-            f"{compile_ours:.1f} s",
-            flush=True,
-        )
-        return
-    theirs = jumanji_loop(size, num_envs, num_steps, consume)
-    compile_theirs = compile_seconds(theirs, jr.key(0))
-    ours_times, theirs_times = [], []
-    for index in range(pairs):
-        ours_times.append(timed(ours, jr.key(index + 1)))
-        theirs_times.append(timed(theirs, jr.key(index + 1)))
-    ratios = [t / o for o, t in zip(ours_times, theirs_times)]
-    print(
-        f"{size}x{size} N={num_envs:>5}: eqxrl {steps / min(ours_times) / 1e6:6.3f} M "
-        f"steps/s, Jumanji {steps / min(theirs_times) / 1e6:6.3f} M steps/s (best of "
-        f"{pairs}) | ratio median {statistics.median(ratios):5.2f}x best "
-        f"{max(ratios):5.2f}x | compile eqxrl {compile_ours:.1f} s, Jumanji "
-        f"{compile_theirs:.1f} s",
-        flush=True,
+    steps, keys = num_envs * num_steps, lambda seed: (jr.key(seed),)
+    programs = {"eqxrl": eqxrl_loop(size, num_envs, num_steps, consume)}
+    if jumanji is not None:
+        programs["Jumanji"] = jumanji_loop(size, num_envs, num_steps, consume)
+    programs = {n: compile_program(f, keys, steps) for n, f in programs.items()}
+    result = alternate(programs, pairs, unit=None)
+    line = f"{size}x{size} N={num_envs:>5}: " + ", ".join(
+        f"{name} {max(result.rates(name)) / 1e6:6.3f} M steps/s (median "
+        f"{statistics.median(result.rates(name)) / 1e6:.3f})"
+        for name in programs
     )
+    if jumanji is not None:
+        ratios = result.ratios("eqxrl", "Jumanji")
+        line += (
+            f" | ratio median {statistics.median(ratios):5.2f}x best "
+            f"{max(ratios):5.2f}x"
+        )
+    compiles = ", ".join(f"{n} {p.compile_seconds:.1f} s" for n, p in programs.items())
+    print(f"{line} | best of {pairs}; compile {compiles}", flush=True)
 
 
 # PPO's `network_factory` per policy (`None`: the default MLP on the flat board), and
@@ -158,10 +138,11 @@ def benchmark_ppo(policy: str, size: int, iterations: int, repeats: int) -> None
         network_factory=NETWORK_FACTORIES[policy],
         observation_storage_dtype=jnp.uint8,
     )
-    run = eqx.filter_jit(ppo.train, compiler_options=ppo.compiler_options)
-    compile_time = compile_seconds(run, jr.key(0))
-    times = [timed(run, jr.key(i + 1)) for i in range(repeats)]
+    train = eqx.filter_jit(ppo.train, compiler_options=ppo.compiler_options)
     steps = ppo.num_iterations * num_envs * num_steps
+    program = compile_program(train, lambda seed: (jr.key(seed),), steps)
+    times = alternate({"ppo": program}, repeats, unit=None).seconds["ppo"]
+    compile_time = program.compile_seconds
     print(
         f"PPO {policy:>11} {size}x{size}, {num_envs} envs x {num_steps} steps, "
         f"{ppo.num_epochs} epochs x {ppo.num_minibatches} minibatches: "

@@ -5,8 +5,8 @@ Two parts (`--parts`, default both):
 - `peers`: training speed of eqxrl's `TD3` against rejax 0.1.3's on rejax's own
   Pendulum settings (the `td3` section of its `configs/gymnax/pendulum.yaml`, printed
   below; rejax's noises are in the action space's units, Pendulum's `[-2, 2]`, and
-  eqxrl's in `[-1, 1]`: halved), alternating eqxrl's and rejax's runs (A B A B,
-  `--pairs` rounds after one untimed warm-up each) in one process; the speed ratio
+  eqxrl's in `[-1, 1]`: halved), alternating eqxrl's and rejax's runs (A B, then
+  B A, `--pairs` rounds after one untimed warm-up each) in one process; the speed ratio
   of each round, the median and best round ratio; compile times apart. rejax's
   periodic evaluation is replaced by a no-op so that only training is timed. Each
   round trains a new seed; the final return of each is its greedy policy's mean over
@@ -28,40 +28,36 @@ Run (from the repository root; rejax needs the peers venv):
 """
 
 import argparse
-import importlib.util
-import statistics
-import time
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from _harness import (
+    alternate,
+    evaluate_rejax,
+    final_return,
+    greedy_return,
+    missing,
+    print_comparison,
+    rejax_program,
+    train_program,
+    train_seeds,
+)
 
 import eqxrl
 
 # rejax's configs/gymnax/pendulum.yaml, section td3 (rejax at 0.1.3's tree).
+# fmt: off
 REJAX_TD3 = dict(
-    env="Pendulum-v1",
-    actor_kwargs={"activation": "swish"},
-    critic_kwargs={"activation": "swish"},
-    num_envs=1,
-    buffer_size=10_000,
-    fill_buffer=1_000,
-    batch_size=100,
-    learning_rate=0.001,
-    num_epochs=1,
-    total_timesteps=10_000,
-    eval_freq=100,
-    gamma=0.99,
-    polyak=0.95,
-    max_grad_norm=100,
-    exploration_noise=0.3,
-    target_noise=0.2,
-    target_noise_clip=0.5,
-    policy_delay=2,
-    normalize_observations=True,
+    env="Pendulum-v1", actor_kwargs={"activation": "swish"},
+    critic_kwargs={"activation": "swish"}, num_envs=1, buffer_size=10_000,
+    fill_buffer=1_000, batch_size=100, learning_rate=0.001, num_epochs=1,
+    total_timesteps=10_000, eval_freq=100, gamma=0.99, polyak=0.95,
+    max_grad_norm=100, exploration_noise=0.3, target_noise=0.2,
+    target_noise_clip=0.5, policy_delay=2, normalize_observations=True,
 )
+# fmt: on
 
 
 class SwishTD3(eqxrl.algorithms.AbstractTD3):
@@ -100,79 +96,21 @@ def eqxrl_td3_on_rejax_settings(total_timesteps: int) -> eqxrl.TD3:
     (`optax.clip(max_grad_norm)`) before Adam; eqxrl's TD3 has no clipping (on
     Pendulum's scale it never binds)."""
     half_range = 2.0  # Pendulum's actions lie in [-2, 2]
+    # fmt: off
     return SwishTD3(
-        env=eqxrl.envs.make("Pendulum-v1"),
-        num_envs=1,
-        total_timesteps=total_timesteps,
-        buffer_size=10_000,
-        learning_starts=1_000,
-        train_frequency=1,
-        gradient_steps=1,
-        batch_size=100,
-        policy_delay=2,
-        tau=0.05,
-        gamma=0.99,
-        learning_rate=1e-3,
-        exploration_noise=0.3 / half_range,
-        policy_noise=0.2 / half_range,
-        noise_clip=0.5 / half_range,
-        hidden_sizes=(64, 64),
+        env=eqxrl.envs.make("Pendulum-v1"), num_envs=1,
+        total_timesteps=total_timesteps, buffer_size=10_000, learning_starts=1_000,
+        train_frequency=1, gradient_steps=1, batch_size=100, policy_delay=2,
+        tau=0.05, gamma=0.99, learning_rate=1e-3,
+        exploration_noise=0.3 / half_range, policy_noise=0.2 / half_range,
+        noise_clip=0.5 / half_range, hidden_sizes=(64, 64),
         normalize_observations=True,
     )
-
-
-def eqxrl_runner(algorithm, episodes: int):
-    train = eqx.filter_jit(
-        lambda algorithm, key: algorithm.train(key)[0],
-        compiler_options=algorithm.compiler_options,
-    )
-    start = time.perf_counter()
-    compiled = train.lower(algorithm, jr.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int):
-        start = time.perf_counter()
-        state = jax.block_until_ready(compiled(algorithm, jr.key(seed)))
-        return time.perf_counter() - start, state
-
-    def final_return(state, seed: int) -> float:
-        policy = algorithm.policy(state, deterministic=True)
-        result = eqxrl.training.evaluate(
-            policy, algorithm.env, jr.key(1_000 + seed), num_episodes=episodes
-        )
-        return float(result.summary()["return_mean"])
-
-    return run, compile_seconds, final_return
-
-
-def rejax_runner(total_timesteps: int):
-    import rejax
-
-    original = rejax.TD3.create(**{**REJAX_TD3, "total_timesteps": total_timesteps})
-    algorithm = original.replace(
-        eval_callback=lambda algo, ts, rng: jnp.float32(0),
-        eval_freq=total_timesteps,
-        skip_initial_evaluation=True,
-    )
-    train = jax.jit(lambda key: algorithm.train(key)[0])
-    start = time.perf_counter()
-    compiled = train.lower(jr.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int):
-        start = time.perf_counter()
-        state = jax.block_until_ready(compiled(jr.key(seed)))
-        return time.perf_counter() - start, state
-
-    def final_return(state, seed: int) -> float:
-        _, returns = original.eval_callback(original, state, jr.key(1_000 + seed))
-        return float(np.mean(returns))
-
-    return run, compile_seconds, final_return
+    # fmt: on
 
 
 def run_peers_part(total_timesteps: int, pairs: int, episodes: int) -> None:
-    if importlib.util.find_spec("rejax") is None:
+    if missing("rejax"):
         print("\npeers: skipped (rejax is not installed; use the peers venv)")
         return
     ours = eqxrl_td3_on_rejax_settings(total_timesteps)
@@ -181,35 +119,25 @@ def run_peers_part(total_timesteps: int, pairs: int, episodes: int) -> None:
         "rounds (A = eqxrl, B = rejax)"
     )
     print(f"  rejax config: {REJAX_TD3}")
-    our_run, our_compile, our_final = eqxrl_runner(ours, episodes)
-    peer_run, peer_compile, peer_final = rejax_runner(total_timesteps)
-    our_run(0)  # warm-up
-    peer_run(0)
-    ours_sps, peer_sps, ratios, our_returns, peer_returns = [], [], [], [], []
-    for seed in range(1, pairs + 1):
-        seconds, our_state = our_run(seed)
-        ours_sps.append(total_timesteps / seconds)
-        seconds, peer_state = peer_run(seed)
-        peer_sps.append(total_timesteps / seconds)
-        ratios.append(ours_sps[-1] / peer_sps[-1])
-        our_returns.append(our_final(our_state, seed))
-        peer_returns.append(peer_final(peer_state, seed))
-        print(
-            f"  round {seed}: eqxrl {ours_sps[-1]:>8,.0f} steps/s, rejax "
-            f"{peer_sps[-1]:>7,.0f} steps/s, ratio {ratios[-1]:.2f}x; final greedy "
-            f"return eqxrl {our_returns[-1]:.1f}, rejax {peer_returns[-1]:.1f}",
-            flush=True,
-        )
+    rejax = rejax_program("TD3", REJAX_TD3, total_timesteps)
+    rejax.facts = lambda state, seed: {"return": evaluate_rejax(rejax, state, seed)}
+
+    def our_facts(state, seed: int) -> dict:
+        policy = ours.policy(state, deterministic=True)
+        return {"return": greedy_return(policy, ours.env, seed, episodes)}
+
+    programs = {
+        "eqxrl": train_program(ours, total_timesteps, our_facts),
+        "rejax": rejax,
+    }
+    result = alternate(programs, pairs)
+    print_comparison(result)
+    returns = {name: result.fact(name, "return") for name in programs}
     print(
-        f"  median ratio {statistics.median(ratios):.2f}x, best round "
-        f"{max(ratios):.2f}x; median steps/s eqxrl {statistics.median(ours_sps):,.0f},"
-        f" rejax {statistics.median(peer_sps):,.0f}"
-    )
-    print(
-        f"  compile s: eqxrl {our_compile:.1f}, rejax {peer_compile:.1f}; final greedy"
-        f" return ({episodes} episodes per seed, mean +- std over {pairs} seeds): "
-        f"eqxrl {np.mean(our_returns):.1f} +- {np.std(our_returns):.1f}, rejax "
-        f"{np.mean(peer_returns):.1f} +- {np.std(peer_returns):.1f}"
+        f"  final greedy return ({episodes} episodes per seed, mean +- std over "
+        f"{pairs} seeds): eqxrl {np.mean(returns['eqxrl']):.1f} +- "
+        f"{np.std(returns['eqxrl']):.1f}, rejax {np.mean(returns['rejax']):.1f} +- "
+        f"{np.std(returns['rejax']):.1f}"
     )
 
 
@@ -229,19 +157,10 @@ def run_defaults_part(
             total_timesteps=total_timesteps,
             **extra,
         )
-        train = eqx.filter_jit(
-            eqx.filter_vmap(lambda key: algorithm.train(key)[1]),
-            compiler_options=algorithm.compiler_options,
+        _, metrics, compile_seconds, seconds = train_seeds(
+            algorithm, seeds, 42, algorithm.compiler_options
         )
-        keys = jr.split(jr.key(42), seeds)
-        start = time.perf_counter()
-        compiled = train.lower(keys).compile()
-        compile_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        metrics = jax.block_until_ready(compiled(keys))
-        seconds = time.perf_counter() - start
-        returns = np.asarray(metrics["episode_return"])[:, -bar_steps:]
-        final = np.nanmean(returns, axis=1)
+        final = final_return(metrics["episode_return"], last=bar_steps)
         print(
             f"\n{name} at its defaults on Pendulum-v1, {total_timesteps:,} steps x "
             f"{seeds} seeds vmapped: compile {compile_seconds:.1f} s, run "

@@ -2,7 +2,7 @@
 
 PPO on CartPole-v1 with the default (PureJaxRL) configuration, 4 envs x 128 steps,
 `--total-timesteps` steps (default 2^18: 512 iterations). Variants, alternated in one
-process (A B C D, A B C D, ...) so that machine noise hits all alike:
+process (A B C D, then D C B A, ...) so that machine noise hits all alike:
 
 - `train`: `ppo.train(key)`, the whole run as one compiled program (no host work);
 - `trainer16`: `Trainer(ppo, chunk_size=16).fit(seed)`, no files, no evaluation:
@@ -27,12 +27,11 @@ import argparse
 import math
 import statistics
 import tempfile
-import time
 
 import equinox as eqx
 import jax
-import jax.random as jr
 import numpy as np
+from _harness import Program, alternate, lowered_program, timed
 
 import eqxrl
 
@@ -74,15 +73,8 @@ def main() -> None:
 
     # Compile time of the one-program run, separately from running: `ppo.train` as
     # it compiles itself (with the algorithm's `compiler_options`).
-    start = time.perf_counter()
-    compiled_train = ppo.lower(jr.key(0)).compile()
-    print(f"compile train:        {time.perf_counter() - start:6.1f} s")
-
-    def run_train(seed: int, compile_time: CompileTime | None = None):
-        del compile_time  # compiled above
-        state, _ = compiled_train(ppo, jr.key(seed), True)
-        jax.block_until_ready(state)
-        return state
+    train = lowered_program(ppo)
+    print(f"compile train:        {train.compile_seconds:6.1f} s")
 
     def trainer_runner(chunk_size: int, files: bool):
         def run(seed: int, compile_time: CompileTime | None = None):
@@ -98,14 +90,12 @@ def main() -> None:
                     progress=False,
                     verbose=False,
                 )
-                state, _ = trainer.fit(seed=seed)
-                jax.block_until_ready(state)
-            return state
+                return timed(trainer.fit, seed)
 
         return run
 
     variants = {
-        "train": run_train,
+        "train": train.run,
         "trainer16": trainer_runner(16, files=False),
         "trainer64": trainer_runner(64, files=False),
         "trainer16+files": trainer_runner(16, files=True),
@@ -115,7 +105,7 @@ def main() -> None:
     reference = None
     for name, run in variants.items():
         compile_time = CompileTime()
-        state = run(0, compile_time)
+        _, (state, _) = run(0) if name == "train" else run(0, compile_time)
         if reference is None:
             reference = parameters(state)
         same = all(np.array_equal(a, b) for a, b in zip(reference, parameters(state)))
@@ -127,22 +117,11 @@ def main() -> None:
         print(f"warm-up {name:<16} bit-identical to train: {same}{compiled}")
         assert same, name
 
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    for round_index in range(args.rounds):
-        line = [f"round {round_index + 1}:"]
-        for name, run in variants.items():
-            start = time.perf_counter()
-            run(round_index + 1)
-            elapsed = time.perf_counter() - start
-            seconds[name].append(elapsed)
-            line.append(f"{name} {elapsed:5.2f} s")
-        print("  ".join(line))
-
+    programs = {name: Program(run, steps) for name, run in variants.items()}
+    result = alternate(programs, args.rounds, warmup=())
     print(f"\nsteps/s over {args.rounds} rounds (compile excluded), ratio to train:")
-    base = seconds["train"]
-    for name, values in seconds.items():
-        rates = [steps / s for s in values]
-        ratios = [b / s for b, s in zip(base, values)]
+    for name in programs:
+        rates, ratios = result.rates(name), result.ratios(name, "train")
         print(
             f"  {name:<16} median {statistics.median(rates):9,.0f}  best "
             f"{max(rates):9,.0f}   ratio median {statistics.median(ratios):.3f}  "

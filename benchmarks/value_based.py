@@ -43,7 +43,6 @@ import argparse
 import dataclasses
 import importlib.metadata
 import statistics
-import time
 from collections.abc import Callable
 
 import equinox as eqx
@@ -51,7 +50,17 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
+from _harness import (
+    alternate,
+    block,
+    evaluate_rejax,
+    last_part,
+    print_comparison,
+    rejax_program,
+    timed,
+    train_program,
+    train_seeds,
+)
 
 import eqxrl
 from eqxrl.buffers import ReplayBuffer, ReplayTransition
@@ -78,13 +87,8 @@ def cartpole_batch(num_envs: int) -> ReplayTransition:
 
 
 def best_seconds(run: Callable[[], object], repeats: int) -> float:
-    jax.block_until_ready(run())  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(run())
-        times.append(time.perf_counter() - start)
-    return min(times)
+    block(run())  # warm-up
+    return min(timed(run)[0] for _ in range(repeats))
 
 
 def measure_buffer(capacity: int, repeats: int = 5) -> dict:
@@ -177,45 +181,24 @@ def run_buffer_part(capacities: list[int]) -> None:
 # eqxrl vs rejax on rejax's settings
 
 # rejax's configs/gymnax/cartpole.yaml (rejax 0.1.3 field names).
-REJAX_DQN = dict(
-    env="CartPole-v1",
-    agent="DuelingQNetwork",
-    agent_kwargs=dict(activation="swish"),
-    num_envs=10,
-    buffer_size=50_000,
-    fill_buffer=5_000,
-    batch_size=100,
-    max_grad_norm=10,
-    learning_rate=0.001,
-    num_epochs=5,
-    polyak=0.98,
-    eps_start=1,
-    eps_end=0.05,
-    exploration_fraction=0.5,
-    gamma=0.99,
-    ddqn=True,
-    normalize_observations=False,
-)
-REJAX_IQN = dict(
-    env="CartPole-v1",
-    agent_kwargs=dict(activation="swish"),
-    num_envs=1,
-    buffer_size=100_000,
-    fill_buffer=1000,
-    batch_size=1,
-    num_tau_samples=64,
-    num_tau_prime_samples=64,
-    learning_rate=0.0003,
-    num_epochs=1,
-    target_update_freq=1,
-    polyak=0.99,
-    kappa=1.0,
-    eps_start=1,
-    eps_end=0.01,
-    exploration_fraction=0.5,
-    gamma=0.99,
-    normalize_observations=False,
-)
+# fmt: off
+REJAX = {
+    "DQN": dict(
+        env="CartPole-v1", agent="DuelingQNetwork",
+        agent_kwargs=dict(activation="swish"), num_envs=10, buffer_size=50_000,
+        fill_buffer=5_000, batch_size=100, max_grad_norm=10, learning_rate=0.001,
+        num_epochs=5, polyak=0.98, eps_start=1, eps_end=0.05,
+        exploration_fraction=0.5, gamma=0.99, ddqn=True, normalize_observations=False,
+    ),
+    "IQN": dict(
+        env="CartPole-v1", agent_kwargs=dict(activation="swish"), num_envs=1,
+        buffer_size=100_000, fill_buffer=1000, batch_size=1, num_tau_samples=64,
+        num_tau_prime_samples=64, learning_rate=0.0003, num_epochs=1,
+        target_update_freq=1, polyak=0.99, kappa=1.0, eps_start=1, eps_end=0.01,
+        exploration_fraction=0.5, gamma=0.99, normalize_observations=False,
+    ),
+}
+# fmt: on
 
 
 def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
@@ -231,28 +214,17 @@ def eqxrl_dqn_on_rejax_settings(total_timesteps: int) -> eqxrl.DQN:
             4, 2, hidden_sizes=(64, 64), activation=jax.nn.swish, dueling=True, key=key
         )
 
+    # fmt: off
     return eqxrl.DQN(
-        env=eqxrl.envs.make("CartPole-v1"),
-        num_envs=10,
-        total_timesteps=total_timesteps,
-        buffer_size=50_000,
-        learning_starts=5_000,
-        train_frequency=1,
-        gradient_steps=5,
-        batch_size=100,
-        n_step=1,
-        target_update_interval=5,
-        tau=0.02,
-        double_q=True,
-        learning_rate=1e-3,
-        max_grad_norm=10.0,
-        huber_delta=float("inf"),
-        gamma=0.99,
-        exploration_initial_eps=1.0,
-        exploration_final_eps=0.05,
-        exploration_fraction=0.5,
-        network_factory=network,
+        env=eqxrl.envs.make("CartPole-v1"), num_envs=10,
+        total_timesteps=total_timesteps, buffer_size=50_000, learning_starts=5_000,
+        train_frequency=1, gradient_steps=5, batch_size=100, n_step=1,
+        target_update_interval=5, tau=0.02, double_q=True, learning_rate=1e-3,
+        max_grad_norm=10.0, huber_delta=float("inf"), gamma=0.99,
+        exploration_initial_eps=1.0, exploration_final_eps=0.05,
+        exploration_fraction=0.5, network_factory=network,
     )
+    # fmt: on
 
 
 def eqxrl_iqn_on_rejax_settings(total_timesteps: int) -> eqxrl.IQN:
@@ -263,42 +235,22 @@ def eqxrl_iqn_on_rejax_settings(total_timesteps: int) -> eqxrl.IQN:
 
     def network(env, key):
         return eqxrl.nn.ImplicitQuantileNetwork(
-            4,
-            2,
-            hidden_sizes=(64, 64),
-            head_sizes=(64,),
-            num_cosines=64,
-            num_acting_quantiles=32,
-            activation=jax.nn.swish,
-            key=key,
-        )
+            4, 2, hidden_sizes=(64, 64), head_sizes=(64,), num_cosines=64,
+            num_acting_quantiles=32, activation=jax.nn.swish, key=key,
+        )  # fmt: skip
 
+    # fmt: off
     return eqxrl.IQN(
-        env=eqxrl.envs.make("CartPole-v1"),
-        num_envs=1,
-        total_timesteps=total_timesteps,
-        buffer_size=100_000,
-        learning_starts=1_000,
-        train_frequency=1,
-        gradient_steps=1,
-        batch_size=1,
-        n_step=1,
-        target_update_interval=1,
-        tau=0.01,
-        double_q=True,
-        learning_rate=3e-4,
-        adam_eps=1e-8,
-        max_grad_norm=None,
-        gamma=0.99,
-        exploration_initial_eps=1.0,
-        exploration_final_eps=0.01,
-        exploration_fraction=0.5,
-        num_quantiles=64,
-        num_target_quantiles=64,
-        num_acting_quantiles=32,
-        kappa=1.0,
+        env=eqxrl.envs.make("CartPole-v1"), num_envs=1,
+        total_timesteps=total_timesteps, buffer_size=100_000, learning_starts=1_000,
+        train_frequency=1, gradient_steps=1, batch_size=1, n_step=1,
+        target_update_interval=1, tau=0.01, double_q=True, learning_rate=3e-4,
+        adam_eps=1e-8, max_grad_norm=None, gamma=0.99, exploration_initial_eps=1.0,
+        exploration_final_eps=0.01, exploration_fraction=0.5, num_quantiles=64,
+        num_target_quantiles=64, num_acting_quantiles=32, kappa=1.0,
         network_factory=network,
     )
+    # fmt: on
 
 
 def evaluate_eqxrl(policy: eqxrl.nn.AbstractPolicy, key, episodes: int = 128):
@@ -329,117 +281,48 @@ def evaluate_eqxrl(policy: eqxrl.nn.AbstractPolicy, key, episodes: int = 128):
     return float(run(policy, key))
 
 
-def eqxrl_runner(algorithm) -> tuple[Callable[[int], tuple[float, object]], float]:
-    # With the XLA options `algorithm.train` compiles with by itself.
-    train = eqx.filter_jit(
-        lambda algorithm, key: algorithm.train(key)[0],
-        compiler_options=algorithm.compiler_options,
-    )
-    start = time.perf_counter()
-    compiled = train.lower(algorithm, jr.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int):
-        start = time.perf_counter()
-        state = jax.block_until_ready(compiled(algorithm, jr.key(seed)))
-        return time.perf_counter() - start, state
-
-    return run, compile_seconds
-
-
-def rejax_runner(name: str, total_timesteps: int):
-    import rejax
-
-    cls = {"DQN": rejax.DQN, "IQN": rejax.IQN}[name]
-    config = {"DQN": REJAX_DQN, "IQN": REJAX_IQN}[name]
-    original = cls.create(**config, total_timesteps=total_timesteps)
-    # Training only: no periodic evaluation (it is a no-op over the whole run).
-    algorithm = original.replace(
-        eval_callback=lambda algo, ts, rng: jnp.float32(0),
-        eval_freq=total_timesteps,
-        skip_initial_evaluation=True,
-    )
-    train = jax.jit(lambda key: algorithm.train(key)[0])
-    start = time.perf_counter()
-    compiled = train.lower(jr.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
-
-    def run(seed: int):
-        start = time.perf_counter()
-        state = jax.block_until_ready(compiled(jr.key(seed)))
-        return time.perf_counter() - start, state
-
-    def final_return(state, seed: int) -> float:
-        lengths, returns = original.eval_callback(original, state, jr.key(seed))
-        return float(np.mean(returns))
-
-    return run, compile_seconds, final_return
-
-
 def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
     make = {"DQN": eqxrl_dqn_on_rejax_settings, "IQN": eqxrl_iqn_on_rejax_settings}
     ours = make[name](total_timesteps)
-    config = {"DQN": REJAX_DQN, "IQN": REJAX_IQN}[name]
     print(
         f"\n{name} on rejax's CartPole settings, {total_timesteps:,} steps, {pairs} "
         "rounds (A = eqxrl, B = rejax)"
     )
-    print(f"  rejax config: {config}")
-    our_run, our_compile = eqxrl_runner(ours)
-    peer_run, peer_compile, peer_final = rejax_runner(name, total_timesteps)
-    doubled_run = None
+    print(f"  rejax config: {REJAX[name]}")
+    programs = {
+        "eqxrl": train_program(ours, total_timesteps),
+        "rejax": rejax_program(name, REJAX[name], total_timesteps),
+    }
     if ours.gradient_steps > 1:
-        doubled_run, _ = eqxrl_runner(with_doubled_updates(ours))
-        doubled_run(0)
-    our_run(0)  # warm-up
-    peer_run(0)
-    ours_sps, peer_sps, ratios, update_seconds = [], [], [], []
-    our_state = peer_state = None
-    for seed in range(1, pairs + 1):
-        seconds, our_state = our_run(seed)
-        ours_sps.append(total_timesteps / seconds)
-        if doubled_run is not None:
-            doubled_seconds, _ = doubled_run(seed)
-            # The doubled run takes as many updates more as this one takes in all.
-            update_seconds.append(
-                (doubled_seconds - seconds) / int(our_state.num_updates)
-            )
-        seconds, peer_state = peer_run(seed)
-        peer_sps.append(total_timesteps / seconds)
-        ratios.append(ours_sps[-1] / peer_sps[-1])
-        print(
-            f"  round {seed}: eqxrl {ours_sps[-1]:>9,.0f} steps/s, rejax "
-            f"{peer_sps[-1]:>7,.0f} steps/s, ratio {ratios[-1]:.1f}x",
-            flush=True,
-        )
+        programs["doubled"] = train_program(with_doubled_updates(ours), total_timesteps)
+    result = alternate(programs, pairs)
+    print_comparison(result, peers=["rejax"])  # doubled: what one update costs
+    our_state, peer_state = result.outputs["eqxrl"], result.outputs["rejax"]
     policy = eqx.tree_at(
         lambda p: p.epsilon,
         ours.policy(our_state, deterministic=True),
         jnp.float32(0.005),
     )
-    our_return = evaluate_eqxrl(policy, jr.key(123))
     print(
-        f"  median ratio {statistics.median(ratios):.1f}x, best round "
-        f"{max(ratios):.1f}x, best vs best {max(ours_sps) / max(peer_sps):.1f}x; "
-        f"median steps/s eqxrl {statistics.median(ours_sps):,.0f}, rejax "
-        f"{statistics.median(peer_sps):,.0f}"
+        f"  final greedy return (128 episodes, last round): eqxrl "
+        f"{evaluate_eqxrl(policy, jr.key(123)):.1f}, rejax "
+        f"{evaluate_rejax(programs['rejax'], peer_state, 0):.1f}"
     )
-    print(
-        f"  compile s: eqxrl {our_compile:.1f}, rejax {peer_compile:.1f}; final "
-        f"greedy return (128 episodes, last round): eqxrl {our_return:.1f}, rejax "
-        f"{peer_final(peer_state, 123):.1f}"
-    )
-    if not update_seconds:
+    if "doubled" not in programs:
         return  # one update per iteration: it runs without a loop, doubling adds one
-    # What the updates alone allow: one update's time in situ (from the runs with
-    # twice the updates per iteration), times the updates per iteration.
-    update = statistics.median(update_seconds)
+    # What the updates alone allow: one update's time in situ (the doubled run takes
+    # as many updates more as this one takes in all), times the updates per
+    # iteration.
+    doubled = zip(result.seconds["doubled"], result.seconds["eqxrl"], strict=True)
+    updates = int(our_state.num_updates)
+    update = statistics.median((d - s) / updates for d, s in doubled)
     cap = ours.steps_per_iteration / (update * ours.gradient_steps)
+    peer = statistics.median(result.rates("rejax"))
     print(
         f"  one update (median over rounds of the run with {2 * ours.gradient_steps} "
         f"updates per iteration minus this one): {update * 1e6:.0f} us; "
         f"{ours.gradient_steps} per iteration alone allow at most {cap:,.0f} steps/s "
-        f"= {cap / statistics.median(peer_sps):.1f}x rejax's median"
+        f"= {cap / peer:.1f}x rejax's median"
     )
 
 
@@ -465,20 +348,10 @@ def run_defaults_part(seeds: int, total_timesteps: int = 500_000) -> None:
     env = eqxrl.envs.make("CartPole-v1")
     for cls in (eqxrl.DQN, eqxrl.IQN):
         algorithm = cls(env=env, total_timesteps=total_timesteps)
-        train = eqx.filter_jit(
-            lambda algorithm, keys: eqx.filter_vmap(algorithm.train)(keys)[1],
-            compiler_options=algorithm.compiler_options,
+        _, metrics, compile_seconds, seconds = train_seeds(
+            algorithm, seeds, 42, algorithm.compiler_options
         )
-        keys = jr.split(jr.key(42), seeds)
-        start = time.perf_counter()
-        compiled = train.lower(algorithm, keys).compile()
-        compile_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        metrics = jax.block_until_ready(compiled(algorithm, keys))
-        seconds = time.perf_counter() - start
-        returns = np.asarray(metrics["episode_return"])
-        last = max(1, returns.shape[1] // 20)
-        final = np.nanmean(returns[:, -last:], axis=1)
+        final = last_part(metrics["episode_return"], 20)
         print(
             f"  {cls.__name__}: compile {compile_seconds:.1f} s, run {seconds:.1f} s, "
             f"{seeds * total_timesteps / seconds:,.0f} steps/s (all seeds); final "
