@@ -322,11 +322,10 @@ def greedy_return(policy: Any, env: Any, seed: int, episodes: int, **options) ->
 
 
 def missing(*modules: str) -> str | None:
-    """Why a peer cannot run: the first of `modules` not installed, or `None`."""
-    for module in modules:
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed"
-    return None
+    """Why a peer cannot run (`"missing a, b"`: those of `modules` not installed),
+    or `None`."""
+    absent = [name for name in modules if importlib.util.find_spec(name) is None]
+    return f"missing {', '.join(absent)}" if absent else None
 
 
 def _no_op(*args: Any, **kwargs: Any) -> None:
@@ -388,7 +387,9 @@ def import_file(
     path = Path(path)
     if not path.exists():
         raise SystemExit(f"{path} is missing: see the script's docstring.")
-    source = path.read_text()
+    source, patches = path.read_text(), tuple(patches)
+    if patches:
+        print(f"  ({path.name} patched in memory: {len(patches)} replacements)")
     for old, new in patches:
         if old not in source:
             raise SystemExit(f"{path.name} no longer has {old!r}; update the patch.")

@@ -62,33 +62,35 @@ Parts (`--parts`, default all); compile time is reported apart from run time:
 """
 
 import argparse
-import importlib.util
-import sys
+import functools
 import time
 import types
-import warnings
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _harness import (
+    Program,
+    alternate,
+    block,
+    compile_timed,
+    final_return,
+    import_file,
+    last_part,
+    lowered_program,
+    missing,
+    peer_promotion,
+    print_comparison,
+    timed,
+    train_seeds,
+)
 
 import eqxrl
 
 PARTS = ("sorrel", "scaling", "loop", "jaxmarl", "mappo", "vdn", "qmix")
 SORREL_SECONDS = 332.0  # Sorrel 1.6.0's 1000-epoch treasurehunt run
 SORREL_LAST_100 = 37.0  # its total reward per epoch over the last 100 epochs
-
-
-def block(tree):
-    jax.block_until_ready(eqx.filter(tree, eqx.is_array))
-    return tree
-
-
-def timed(function, *args):
-    start = time.perf_counter()
-    result = block(function(*args))
-    return result, time.perf_counter() - start
 
 
 def treasure_hunt(num_agents: int):
@@ -99,11 +101,9 @@ def sorrel(options) -> None:
     env = eqxrl.envs.make("TreasureHunt-v0")
     learners = eqxrl.multiagent.Independent.from_sorrel(env, num_epochs=options.epochs)
     train = eqx.filter_jit(lambda key: learners.train(key))
-    start = time.perf_counter()
-    compiled = train.lower(jax.random.key(0)).compile()
-    compile_seconds = time.perf_counter() - start
+    compiled, compile_seconds = compile_timed(train, jax.random.key(0))
     block(compiled(jax.random.key(0)))  # warm-up
-    _, seconds = timed(compiled, jax.random.key(1))
+    seconds, _ = timed(compiled, jax.random.key(1))
     per_1000 = seconds * 1000 / options.epochs
     print(
         f"sorrel experiment: 2 agents, {options.epochs} epochs x 100 turns, 1 world: "
@@ -123,14 +123,12 @@ def sorrel(options) -> None:
     )
     keys = jax.random.split(jax.random.key(2026), options.seeds)
     if options.seeds == 1:  # the program timed above
-        (_, metrics), seconds = timed(compiled, keys[0])
+        seconds, (_, metrics) = timed(compiled, keys[0])
         metrics = jax.tree.map(lambda x: x[None], metrics)
     else:
         train_seeds = eqx.filter_jit(eqx.filter_vmap(lambda key: learners.train(key)))
-        start = time.perf_counter()
-        compiled = train_seeds.lower(keys).compile()
-        compile_seconds = time.perf_counter() - start
-        (_, metrics), seconds = timed(compiled, keys)
+        compiled, compile_seconds = compile_timed(train_seeds, keys)
+        seconds, (_, metrics) = timed(compiled, keys)
     totals = np.asarray(metrics["total_episode_return"])  # [seeds, epochs]
     first = totals[:, : min(10, options.epochs)].mean(axis=1)
     last = totals[:, -min(100, options.epochs) :].mean(axis=1)
@@ -198,14 +196,8 @@ def compiled_run(num_agents: int, num_worlds: int, steps: int, iterations: int):
         learners = learners_for(*config)
         state = block(eqx.filter_jit(learners.init)(jax.random.key(0)))
         run = eqx.filter_jit(lambda a, s: a.train_iterations(s, iterations))
-        start = time.perf_counter()
-        compiled = run.lower(learners, state).compile()
-        _COMPILED[config] = (
-            learners,
-            state,
-            compiled,
-            time.perf_counter() - start,
-        )
+        compiled, seconds = compile_timed(run, learners, state)
+        _COMPILED[config] = (learners, state, compiled, seconds)
     return _COMPILED[config]
 
 
@@ -221,7 +213,7 @@ def scaling(options) -> None:
                 agents, worlds, options.steps, options.iterations
             )
             state = block(compiled(learners, state)[0])  # warm-up
-            _, seconds = timed(compiled, learners, state)
+            seconds, _ = timed(compiled, learners, state)
             agent_steps = options.iterations * options.steps * worlds * agents
             print(
                 f"{worlds:>7} {agents:>7} {agent_steps / seconds:>14,.0f} "
@@ -274,7 +266,7 @@ def matmul_gflops(size: int = 2048) -> float:
     a = jnp.ones((size, size), jnp.float32)
     product = jax.jit(lambda a: a @ a)
     product(a).block_until_ready()
-    best = min(timed(product, a)[1] for _ in range(5))
+    best = min(timed(product, a)[0] for _ in range(5))
     return 2 * size**3 / best / 1e9
 
 
@@ -392,7 +384,7 @@ def loop(options) -> None:
             agents, options.loop_worlds, options.steps, iterations
         )
         block(compiled(learners, state))  # warm-up
-        _, fused = timed(compiled, learners, state)
+        fused, _ = timed(compiled, learners, state)
         _, looped = python_loop(learners, iterations + 1)
         agent_steps = iterations * options.steps * options.loop_worlds * agents
         print(
@@ -402,54 +394,70 @@ def loop(options) -> None:
         )
 
 
-def load_jaxmarl_baseline(path: str):
-    """JaxMARL's `baselines/IPPO/ippo_ff_mpe.py` as a module (its `make_train`).
-    The script imports wandb for its logging (mode "disabled" by default); where
-    wandb is not installed, a stand-in that does nothing, as disabled wandb does."""
-    if "wandb" not in sys.modules and importlib.util.find_spec("wandb") is None:
-        sys.modules["wandb"] = types.SimpleNamespace(
-            init=lambda *args, **kwargs: None, log=lambda *args, **kwargs: None
+def load_jaxmarl_baseline(path: str, wandb=None):
+    """A JaxMARL baseline script as a module (its `make_train`). The scripts import
+    wandb for their logging: where it is not installed, a stand-in that does
+    nothing (as disabled wandb), or `wandb`, one that records."""
+    modules = None if wandb is None else {"wandb": wandb}
+    return import_file(path, ("wandb",), modules=modules, keep=True)
+
+
+def jaxmarl_program(train, steps: int, facts) -> Program:
+    """JaxMARL's `train(key)` compiled and run with the promotion rules its code
+    is written for."""
+    with peer_promotion():
+        compiled, seconds = compile_timed(jax.jit(train), jax.random.PRNGKey(0))
+
+    def run(seed: int):
+        with peer_promotion():
+            return timed(compiled, jax.random.PRNGKey(seed))
+
+    return Program(run, steps, seconds, facts)
+
+
+def side_by_side(name: str, ours, theirs: Program, pairs: int, last: str) -> None:
+    """`pairs` alternating runs of eqxrl's `ours` and JaxMARL's: environment
+    steps/s (compile time apart), and each run's team return over the `last`
+    iterations."""
+
+    def facts(output, seed: int) -> dict:
+        team = output[1]["total_episode_return"]
+        value = final_return(team) if last == "10 iterations" else last_part(team)
+        return {"return": float(value)}
+
+    ours = lowered_program(ours, theirs.work, facts)
+    print(
+        f"{name} on {MPE}: {theirs.work:,} steps per run; compile eqxrl "
+        f"{ours.compile_seconds:.1f} s, JaxMARL {theirs.compile_seconds:.1f} s",
+        flush=True,
+    )
+    result = alternate({"eqxrl": ours, "JaxMARL": theirs}, pairs)
+    print_comparison(result)
+    for side in result.programs:
+        values = np.asarray(result.fact(side, "return"))
+        print(
+            f"{name} team return, last {last}, {side}: mean "
+            f"{values.mean():.1f} (seeds {', '.join(f'{v:.1f}' for v in values)})"
         )
-    spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", path)
-    module = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # jaxopt's deprecation, hydra's
-        spec.loader.exec_module(module)
-    return module
 
 
 def jaxmarl_ippo(options) -> None:
     """eqxrl's parameter-shared IPPO against JaxMARL's, same settings, alternating."""
     path = options.jaxmarl_baseline
-    missing = [
-        name
-        for name in ("jaxmarl", "flax", "distrax", "hydra")
-        if importlib.util.find_spec(name) is None
-    ]
-    if path is None or missing:
-        why = f"missing {', '.join(missing)}" if missing else "no --jaxmarl-baseline"
-        print(f"jaxmarl: skipped ({why}); see the module docstring")
+    why = missing("jaxmarl", "flax", "distrax", "hydra")
+    if path is None or why:
+        print(f"jaxmarl: skipped ({why or 'no --jaxmarl-baseline'}); see the docstring")
         return
-    total = options.jaxmarl_timesteps
     # JaxMARL's config/ippo_ff_mpe.yaml, with a CPU-sized TOTAL_TIMESTEPS.
+    # fmt: off
     config = {
-        "LR": 2.5e-4,
-        "NUM_ENVS": 16,
-        "NUM_STEPS": 128,
-        "TOTAL_TIMESTEPS": total,
-        "UPDATE_EPOCHS": 4,
-        "NUM_MINIBATCHES": 4,
-        "GAMMA": 0.99,
-        "GAE_LAMBDA": 0.95,
-        "CLIP_EPS": 0.2,
-        "ENT_COEF": 0.01,
-        "VF_COEF": 0.5,
-        "MAX_GRAD_NORM": 0.5,
-        "ACTIVATION": "tanh",
-        "ENV_NAME": "MPE_simple_spread_v3",
-        "ENV_KWARGS": {},
-        "ANNEAL_LR": True,
+        "LR": 2.5e-4, "NUM_ENVS": 16, "NUM_STEPS": 128,
+        "TOTAL_TIMESTEPS": options.jaxmarl_timesteps, "UPDATE_EPOCHS": 4,
+        "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2,
+        "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh",
+        "ENV_NAME": MPE, "ENV_KWARGS": {}, "ANNEAL_LR": True,
     }
+    # fmt: on
     baseline = load_jaxmarl_baseline(path)
     env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
     # The same keys as PureJaxRL's: 64x64 tanh MLP, Adam with annealing.
@@ -458,51 +466,18 @@ def jaxmarl_ippo(options) -> None:
     ours = eqxrl.multiagent.Independent(ppo, share_parameters=True)
     steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
 
-    start = time.perf_counter()
-    ours_compiled = ours.lower(jax.random.key(0)).compile()
-    ours_compile = time.perf_counter() - start
-    start = time.perf_counter()
-    # JaxMARL's code is written for JAX's default promotion rules.
-    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
-        theirs_compiled = (
-            jax.jit(baseline.make_train(dict(config)))
-            .lower(jax.random.PRNGKey(0))
-            .compile()
-        )
-    theirs_compile = time.perf_counter() - start
-    print(
-        f"IPPO on {config['ENV_NAME']} (one network shared by the agents), "
-        f"{config['NUM_ENVS']} envs x {config['NUM_STEPS']} steps, {steps:,} steps "
-        f"per run; compile eqxrl {ours_compile:.1f} s, JaxMARL {theirs_compile:.1f} s"
-    )
-    speeds: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
-    returns: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
-    for pair in range(options.pairs):
-        (_, metrics), seconds = timed(ours_compiled, ours, jax.random.key(pair), True)
-        speeds["eqxrl"].append(steps / seconds)
-        team = np.asarray(metrics["total_episode_return"])[-10:]
-        returns["eqxrl"].append(float(np.nanmean(team)))
-        out, seconds = timed(theirs_compiled, jax.random.PRNGKey(pair))
-        speeds["JaxMARL"].append(steps / seconds)
+    def facts(out, seed: int) -> dict:
         # MPELogWrapper logs every agent's reward times the number of agents, and
         # the agents share the team's reward: its returns are the team's.
         logged = np.asarray(out["metrics"]["returned_episode_returns"])[-10:]
-        returns["JaxMARL"].append(float(np.mean(logged)))
-        print(
-            f"  pair {pair}: eqxrl {speeds['eqxrl'][-1]:,.0f} steps/s, JaxMARL "
-            f"{speeds['JaxMARL'][-1]:,.0f} steps/s",
-            flush=True,
-        )
-    ratios = [a / b for a, b in zip(speeds["eqxrl"], speeds["JaxMARL"])]
+        return {"return": float(np.mean(logged))}
+
+    theirs = jaxmarl_program(baseline.make_train(dict(config)), steps, facts)
     print(
-        f"IPPO steps/s median eqxrl {np.median(speeds['eqxrl']):,.0f}, JaxMARL "
-        f"{np.median(speeds['JaxMARL']):,.0f}: ratio median {np.median(ratios):.2f}x "
-        f"best {max(ratios):.2f}x ({options.pairs} alternating pairs)"
+        f"IPPO (one network shared by the agents), {config['NUM_ENVS']} envs x "
+        f"{config['NUM_STEPS']} steps"
     )
-    print(
-        "IPPO team return over the last 10 iterations (mean of the runs): eqxrl "
-        f"{np.mean(returns['eqxrl']):.1f}, JaxMARL {np.mean(returns['JaxMARL']):.1f}"
-    )
+    side_by_side("IPPO", ours, theirs, options.pairs, "10 iterations")
 
 
 # ------------------------------------------------------------------------------------
@@ -527,78 +502,34 @@ def jaxmarl_config(root: str, *relative: str) -> dict:
 
 def cooperative_missing(options) -> str | None:
     """Why the cooperative parts cannot run here, or `None`."""
-    needed = ("jaxmarl", "flax", "distrax", "hydra", "omegaconf", "flashbax")
-    missing = [name for name in needed if importlib.util.find_spec(name) is None]
-    if missing:
-        return f"missing {', '.join(missing)}"
-    if options.jaxmarl_dir is None:
-        return "no --jaxmarl-dir"
-    return None
+    why = missing("jaxmarl", "flax", "distrax", "hydra", "omegaconf", "flashbax")
+    return why or (None if options.jaxmarl_dir else "no --jaxmarl-dir")
 
 
 def logged_by_callback():
-    """A wandb stand-in that keeps what JaxMARL's MAPPO logs from its callback
-    (its only record of returns), and the list it appends to."""
+    """A wandb stand-in that keeps what JaxMARL's scripts log from their callbacks
+    (their only record of returns), and the list it appends to."""
     logged: list[dict] = []
-    sys.modules["wandb"] = types.SimpleNamespace(
-        init=lambda *args, **kwargs: None,
-        log=lambda row, *args, **kwargs: logged.append(
-            {key: float(np.asarray(value)) for key, value in row.items()}
-        ),
-    )
-    return logged
+
+    def log(row, *args, **kwargs):
+        logged.append({key: float(np.asarray(value)) for key, value in row.items()})
+
+    return logged, types.SimpleNamespace(init=lambda *a, **k: None, log=log)
 
 
-def last_tenth(values) -> float:
-    values = np.asarray(values, np.float64)
-    return float(np.nanmean(values[-max(1, len(values) // 10) :]))
+def compare(name, ours, train, logged, rows_return, options) -> None:
+    """The speed pairs (`--marl-pairs`), or with `--marl-seeds` the learning bar."""
+    if options.marl_seeds:
+        learning_curves(name, ours, train, logged, rows_return, options)
+        return
+    steps = ours.num_iterations * ours.steps_per_iteration
 
+    def facts(out, seed: int) -> dict:
+        # The callback's rows of this run: one per update.
+        return {"return": rows_return(logged[-ours.num_iterations :])}
 
-def side_by_side(name, ours, theirs, theirs_returns, steps, options) -> None:
-    """`options.marl_pairs` alternating runs (eqxrl, then JaxMARL), seeds 0, 1,
-    ...: environment steps/s of each run (compile time apart), and the team
-    return over the last 10% of each run's iterations."""
-    start = time.perf_counter()
-    ours_compiled = ours.lower(jax.random.key(0)).compile()
-    ours_compile = time.perf_counter() - start
-    start = time.perf_counter()
-    # JaxMARL's code is written for JAX's default promotion rules.
-    with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
-        theirs_compiled = jax.jit(theirs).lower(jax.random.PRNGKey(0)).compile()
-    theirs_compile = time.perf_counter() - start
-    print(
-        f"{name} on {MPE}: {steps:,} steps per run; compile eqxrl "
-        f"{ours_compile:.1f} s, JaxMARL {theirs_compile:.1f} s",
-        flush=True,
-    )
-    speeds: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
-    returns: dict[str, list[float]] = {"eqxrl": [], "JaxMARL": []}
-    for pair in range(options.marl_pairs):
-        (_, metrics), seconds = timed(ours_compiled, ours, jax.random.key(pair), True)
-        speeds["eqxrl"].append(steps / seconds)
-        returns["eqxrl"].append(last_tenth(metrics["total_episode_return"]))
-        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
-            out, seconds = timed(theirs_compiled, jax.random.PRNGKey(pair))
-        speeds["JaxMARL"].append(steps / seconds)
-        returns["JaxMARL"].append(theirs_returns(out))
-        print(
-            f"  seed {pair}: eqxrl {speeds['eqxrl'][-1]:,.0f} steps/s, return "
-            f"{returns['eqxrl'][-1]:.1f}; JaxMARL {speeds['JaxMARL'][-1]:,.0f} "
-            f"steps/s, return {returns['JaxMARL'][-1]:.1f}",
-            flush=True,
-        )
-    ratios = [a / b for a, b in zip(speeds["eqxrl"], speeds["JaxMARL"])]
-    print(
-        f"{name} steps/s median eqxrl {np.median(speeds['eqxrl']):,.0f}, JaxMARL "
-        f"{np.median(speeds['JaxMARL']):,.0f}: ratio median {np.median(ratios):.2f}x "
-        f"best {max(ratios):.2f}x ({options.marl_pairs} alternating pairs)"
-    )
-    for side in ("eqxrl", "JaxMARL"):
-        values = np.asarray(returns[side])
-        print(
-            f"{name} team return, last 10% of iterations, {side}: mean "
-            f"{values.mean():.1f} (seeds {', '.join(f'{v:.1f}' for v in values)})"
-        )
+    theirs = jaxmarl_program(train, steps, facts)
+    side_by_side(name, ours, theirs, options.marl_pairs, "10% of iterations")
 
 
 def learning_curves(name, ours, theirs, logged, theirs_return, options) -> None:
@@ -609,19 +540,14 @@ def learning_curves(name, ours, theirs, logged, theirs_return, options) -> None:
     seeds = options.marl_seeds
     results = []
     if options.marl_side in ("both", "eqxrl"):
-        keys = jax.random.split(jax.random.key(1000), seeds)
-        start = time.perf_counter()
-        _, metrics = block(eqx.filter_jit(eqx.filter_vmap(ours.train))(keys))
-        seconds = time.perf_counter() - start
-        curves = np.asarray(metrics["total_episode_return"])
-        results.append(("eqxrl", [last_tenth(curve) for curve in curves], seconds))
+        _, metrics, *seconds = train_seeds(ours, seeds, 1000)
+        curves = last_part(metrics["total_episode_return"])
+        results.append(("eqxrl", curves, sum(seconds)))
     if options.marl_side in ("both", "jaxmarl"):
         logged.clear()
-        start = time.perf_counter()
-        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+        with peer_promotion():
             keys = jax.random.split(jax.random.PRNGKey(1000), seeds)
-            block(jax.jit(jax.vmap(theirs))(keys))
-        seconds = time.perf_counter() - start
+            seconds, _ = timed(jax.jit(jax.vmap(theirs)), keys)
         values = [theirs_return(logged[seed::seeds]) for seed in range(seeds)]
         results.append(("JaxMARL", values, seconds))
     for side, values, seconds in results:
@@ -643,13 +569,11 @@ def mappo(options) -> None:
     if why:
         print(f"mappo: skipped ({why}); see the module docstring")
         return
-    import functools
-
     root = f"{options.jaxmarl_dir}/baselines/MAPPO"
     config = jaxmarl_config(root, "config/mappo_homogenous_rnn_mpe.yaml")
     config["TOTAL_TIMESTEPS"] = options.marl_timesteps
-    logged = logged_by_callback()
-    baseline = load_jaxmarl_baseline(f"{root}/mappo_rnn_mpe.py")
+    logged, wandb = logged_by_callback()
+    baseline = load_jaxmarl_baseline(f"{root}/mappo_rnn_mpe.py", wandb)
     env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
     # JaxMARL's networks: Dense 128 (ReLU), GRU 128, Dense 128 (ReLU), a head;
     # one actor and one critic, the critic on the world state.
@@ -660,45 +584,28 @@ def mappo(options) -> None:
         head_sizes=(config["GRU_HIDDEN_DIM"],),
         activation=jax.nn.relu,
     )
+    c = config
+    # fmt: off
     ppo = eqxrl.PPO(
-        env=env,
-        num_envs=config["NUM_ENVS"],
-        num_steps=config["NUM_STEPS"],
-        total_timesteps=config["TOTAL_TIMESTEPS"],
-        learning_rate=config["LR"],
-        anneal_lr=config["ANNEAL_LR"],
-        num_epochs=config["UPDATE_EPOCHS"],
-        num_minibatches=config["NUM_MINIBATCHES"],
-        gamma=config["GAMMA"],
-        gae_lambda=config["GAE_LAMBDA"],
-        clip_eps=config["CLIP_EPS"],
-        ent_coef=config["ENT_COEF"],
-        vf_coef=config["VF_COEF"],
-        max_grad_norm=config["MAX_GRAD_NORM"],
+        env=env, num_envs=c["NUM_ENVS"], num_steps=c["NUM_STEPS"],
+        total_timesteps=c["TOTAL_TIMESTEPS"], learning_rate=c["LR"],
+        anneal_lr=c["ANNEAL_LR"], num_epochs=c["UPDATE_EPOCHS"],
+        num_minibatches=c["NUM_MINIBATCHES"], gamma=c["GAMMA"],
+        gae_lambda=c["GAE_LAMBDA"], clip_eps=c["CLIP_EPS"], ent_coef=c["ENT_COEF"],
+        vf_coef=c["VF_COEF"], max_grad_norm=c["MAX_GRAD_NORM"],
         network_factory=network,
     )
+    # fmt: on
     ours = eqxrl.multiagent.MAPPO(ppo, share_parameters=True)
-    steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
 
-    def theirs_returns(_) -> float:
-        # The callback's rows of this run: the team's return of the last episode
-        # of every world at each update (MPELogWrapper scales every agent's reward
-        # by the number of agents, and the mean over agents is then the team's).
-        rows = logged[-ppo.num_iterations :]
-        return last_tenth([row["returns"] for row in rows])
+    def rows_return(rows) -> float:
+        # The team's return of the last episode of every world at each update
+        # (MPELogWrapper scales every agent's reward by the number of agents, and
+        # the mean over agents is then the team's).
+        return float(last_part([row["returns"] for row in rows]))
 
-    theirs = baseline.make_train(dict(config))
-    if options.marl_seeds:
-        learning_curves(
-            "MAPPO",
-            ours,
-            theirs,
-            logged,
-            lambda rows: last_tenth([row["returns"] for row in rows]),
-            options,
-        )
-        return
-    side_by_side("MAPPO", ours, theirs, theirs_returns, steps, options)
+    train = baseline.make_train(dict(config))
+    compare("MAPPO", ours, train, logged, rows_return, options)
 
 
 def value_decomposition(options, name: str) -> None:
@@ -719,39 +626,27 @@ def value_decomposition(options, name: str) -> None:
     config["TEST_DURING_TRAINING"] = name == "QMIX"
     # Its only record of returns is what it logs to wandb (the stand-in's list).
     config["WANDB_MODE"] = "online"
-    logged = logged_by_callback()
+    logged, wandb = logged_by_callback()
     script = "vdn_ff.py" if name == "VDN" else "qmix_rnn.py"
-    baseline = load_jaxmarl_baseline(f"{root}/{script}")
+    baseline = load_jaxmarl_baseline(f"{root}/{script}", wandb)
     their_env, _ = baseline.env_from_config(dict(config))
     env = eqxrl.envs.from_jaxmarl(config["ENV_NAME"])
     cls = eqxrl.multiagent.VDN if name == "VDN" else eqxrl.multiagent.QMIX
     # QMIX like for like: JaxMARL's qmix_rnn agents are recurrent (GRU 64).
     recurrent = {"recurrent": options.qmix_agents == "gru"} if name == "QMIX" else {}
     ours = cls.from_jaxmarl(env, total_timesteps=config["TOTAL_TIMESTEPS"], **recurrent)
-    steps = ours.num_iterations * ours.steps_per_iteration
 
-    def theirs_returns(_) -> float:
+    def rows_return(rows) -> float:
         # The mean over agents and worlds of MPELogWrapper's returns (each agent's
         # reward scaled by the number of agents): the team's, at every update.
-        rows = logged[-ours.num_iterations :]
-        values = [row["returned_episode_returns"] for row in rows]
-        if name == "QMIX":
-            values = np.asarray(values) * config["NUM_STEPS"]
+        values = np.asarray([row["returned_episode_returns"] for row in rows])
+        if name == "QMIX" and not options.marl_seeds:
             tests = [row["test_returned_episode_returns"] for row in rows]
-            print(f"    (JaxMARL's greedy tests, last 10%: {last_tenth(tests):.1f})")
-        return last_tenth(values)
+            print(f"    (JaxMARL's greedy tests, last 10%: {last_part(tests):.1f})")
+        return float(last_part(values * (config["NUM_STEPS"] if name == "QMIX" else 1)))
 
     train = baseline.make_train(dict(config), their_env)
-    if options.marl_seeds:
-
-        def rows_return(rows) -> float:
-            values = [row["returned_episode_returns"] for row in rows]
-            scale = config["NUM_STEPS"] if name == "QMIX" else 1
-            return last_tenth(np.asarray(values) * scale)
-
-        learning_curves(name, ours, train, logged, rows_return, options)
-        return
-    side_by_side(name, ours, train, theirs_returns, steps, options)
+    compare(name, ours, train, logged, rows_return, options)
 
 
 def main() -> None:

@@ -60,161 +60,91 @@ Run (from the repository root):
 
 import argparse
 import functools
-import importlib.util
 import statistics
-import sys
-import time
-import types
 from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
+from _harness import (
+    alternate,
+    compile_program,
+    greedy_return,
+    import_file,
+    last_part,
+    missing,
+    print_comparison,
+    seed_of,
+    timed,
+    train_seeds,
+)
 
 import eqxrl
-from eqxrl.training import evaluate
 
+# fmt: off
 PURE_JAXQL_CONFIG = {  # purejaxql/config/alg/pqn_cartpole.yaml
-    "ALG_NAME": "pqn",
-    "TOTAL_TIMESTEPS": 5e5,
-    "TOTAL_TIMESTEPS_DECAY": 5e5,
-    "NUM_ENVS": 32,
-    "NUM_STEPS": 64,
-    "EPS_START": 1.0,
-    "EPS_FINISH": 0.2,
-    "EPS_DECAY": 0.2,
-    "NUM_MINIBATCHES": 16,
-    "NUM_EPOCHS": 4,
-    "NORM_INPUT": False,
-    "HIDDEN_SIZE": 256,
-    "NUM_LAYERS": 2,
-    "NORM_TYPE": "layer_norm",
-    "LR": 0.0001,
-    "MAX_GRAD_NORM": 10,
-    "LR_LINEAR_DECAY": True,
-    "REW_SCALE": 0.1,
-    "GAMMA": 0.99,
-    "LAMBDA": 0.95,
-    "ENV_NAME": "CartPole-v1",
-    "ENV_KWARGS": {},
+    "ALG_NAME": "pqn", "TOTAL_TIMESTEPS": 5e5, "TOTAL_TIMESTEPS_DECAY": 5e5,
+    "NUM_ENVS": 32, "NUM_STEPS": 64, "EPS_START": 1.0, "EPS_FINISH": 0.2,
+    "EPS_DECAY": 0.2, "NUM_MINIBATCHES": 16, "NUM_EPOCHS": 4, "NORM_INPUT": False,
+    "HIDDEN_SIZE": 256, "NUM_LAYERS": 2, "NORM_TYPE": "layer_norm", "LR": 0.0001,
+    "MAX_GRAD_NORM": 10, "LR_LINEAR_DECAY": True, "REW_SCALE": 0.1, "GAMMA": 0.99,
+    "LAMBDA": 0.95, "ENV_NAME": "CartPole-v1", "ENV_KWARGS": {},
     # Training only: no evaluation inside the program, no wandb.
-    "TEST_DURING_TRAINING": False,
-    "WANDB_MODE": "disabled",
+    "TEST_DURING_TRAINING": False, "WANDB_MODE": "disabled",
 }
 MINATAR_ENV = "Breakout-MinAtar"
 PURE_JAXQL_MINATAR_CONFIG = {  # purejaxql/config/alg/pqn_minatar.yaml
-    "ALG_NAME": "pqn",
-    "NUM_ENVS": 128,
-    "NUM_STEPS": 32,
-    "EPS_START": 1.0,
-    "EPS_FINISH": 0.05,
-    "EPS_DECAY": 0.1,
-    "NUM_MINIBATCHES": 32,
-    "NUM_EPOCHS": 2,
-    "NORM_TYPE": "layer_norm",
-    "LR": 0.0005,
-    "MAX_GRAD_NORM": 10,
-    "LR_LINEAR_DECAY": True,
-    "GAMMA": 0.99,
-    "LAMBDA": 0.65,
+    "ALG_NAME": "pqn", "NUM_ENVS": 128, "NUM_STEPS": 32, "EPS_START": 1.0,
+    "EPS_FINISH": 0.05, "EPS_DECAY": 0.1, "NUM_MINIBATCHES": 32, "NUM_EPOCHS": 2,
+    "NORM_TYPE": "layer_norm", "LR": 0.0005, "MAX_GRAD_NORM": 10,
+    "LR_LINEAR_DECAY": True, "GAMMA": 0.99, "LAMBDA": 0.65,
     "ENV_NAME": MINATAR_ENV,  # the yaml's example is Asterix; the issue's Breakout
-    "ENV_KWARGS": {},
-    "TEST_DURING_TRAINING": False,
-    "WANDB_MODE": "disabled",
+    "ENV_KWARGS": {}, "TEST_DURING_TRAINING": False, "WANDB_MODE": "disabled",
 }
+# fmt: on
 GREEDY_BAR = 475.0
 MEMORY_LENGTH = 100  # pqn_rnn_memory_chain.yaml's ENV_KWARGS
 MEMORY_BAR = 0.9
 
 
-def import_purejaxql(folder: Path, name: str = "pqn_gymnax") -> types.ModuleType:
-    """purejaxql's `{name}.py` from `folder`, its unused imports stubbed."""
-    path = folder / f"{name}.py"
-    if not path.exists():
-        raise SystemExit(f"--purejaxql: {path} is missing.")
-    stubs = {}
-    for stub in ("hydra", "omegaconf", "safetensors", "safetensors.flax", "wandb"):
-        if importlib.util.find_spec(stub.split(".")[0]) is None:
-            stubs[stub] = types.ModuleType(stub)
-    if "omegaconf" in stubs:
-        stubs["omegaconf"].OmegaConf = None
-    if "safetensors.flax" in stubs:
-        stubs["safetensors.flax"].load_file = stubs["safetensors.flax"].save_file = None
-        stubs["safetensors"].flax = stubs["safetensors.flax"]
-    if "hydra" in stubs:
-        stubs["hydra"].main = lambda **_: lambda function: function
-    sys.modules.update(stubs)
-    try:
-        spec = importlib.util.spec_from_file_location(f"purejaxql_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        for stub in stubs:
-            sys.modules.pop(stub, None)
-    if stubs:
-        print(f"  (stubbed {sorted(stubs)} to import {name}.py)")
-    return module
+def import_purejaxql(folder: Path, name: str = "pqn_gymnax"):
+    """purejaxql's `{name}.py` from `folder`, its unused imports stood in for."""
+    stubs = ("hydra", "omegaconf", "safetensors", "safetensors.flax", "wandb")
+    return import_file(folder / f"{name}.py", stubs)
 
 
-def timed(function, *args) -> tuple[float, object]:
-    start = time.perf_counter()
-    out = jax.block_until_ready(eqx.filter(function(*args), eqx.is_array))
-    return time.perf_counter() - start, out
+def purejaxql_train(module, config: dict, steps: int):
+    """purejaxql's `make_train` for `steps` steps, its schedules over those."""
+    config = {**config, "TOTAL_TIMESTEPS": steps, "TOTAL_TIMESTEPS_DECAY": steps}
+    return module.make_train(config)
 
 
-def compare_alternating(
-    ours, peer, steps: int, pairs: int, our_compile: float, peer_compile: float
-) -> None:
-    """Times two compiled `train(key)` programs of `steps` steps after a warm-up,
-    `pairs` rounds alternating which goes first, and prints the ratios."""
-    timed(ours, jr.key(0))  # warm-ups
-    timed(peer, jr.PRNGKey(0))
-    ratios, our_rates, peer_rates = [], [], []
-    for round_index in range(pairs):
-        seed = round_index + 1
-        sides = ["ours", "peer"] if round_index % 2 == 0 else ["peer", "ours"]
-        for side in sides:
-            if side == "ours":
-                seconds, _ = timed(ours, jr.key(seed))
-                our_rates.append(steps / seconds)
-            else:
-                seconds, _ = timed(peer, jr.PRNGKey(seed))
-                peer_rates.append(steps / seconds)
-        ratios.append(our_rates[-1] / peer_rates[-1])
+def compare_speed(label: str, pqn: eqxrl.PQN, module, config: dict, pairs: int):
+    """eqxrl's PQN against purejaxql's at `config`, one seed each, alternating,
+    compile apart; eqxrl alone without purejaxql's file."""
+    steps = pqn.num_iterations * pqn.steps_per_iteration
+    print(f"\n{label}, {steps:,} steps")
+    keys = lambda seed: (jr.key(seed),)  # noqa: E731
+    ours = compile_program(eqx.filter_jit(lambda key: pqn.train(key)), keys, steps)
+    if module is None:
+        print("  purejaxql: skipped (no --purejaxql FOLDER)")
+        seconds, _ = ours.run(1)
         print(
-            f"  round {seed}: eqxrl {our_rates[-1]:,.0f} steps/s, purejaxql "
-            f"{peer_rates[-1]:,.0f} steps/s, ratio {ratios[-1]:.2f}x",
-            flush=True,
+            f"  eqxrl: compile {ours.compile_seconds:.1f} s, "
+            f"{steps / seconds:,.0f} steps/s"
         )
-    print(
-        f"  median ratio {statistics.median(ratios):.2f}x, best "
-        f"{max(ratios):.2f}x; steps/s median eqxrl {statistics.median(our_rates):,.0f}"
-        f", purejaxql {statistics.median(peer_rates):,.0f}; compile s eqxrl "
-        f"{our_compile:.1f}, purejaxql {peer_compile:.1f}"
-    )
+        return
+    train = jax.jit(purejaxql_train(module, config, steps))
+    peer = compile_program(train, lambda seed: (jr.PRNGKey(seed),), steps)
+    print_comparison(alternate({"eqxrl": ours, "purejaxql": peer}, pairs))
 
 
 def speed(options) -> None:
     pqn = eqxrl.PQN(env=eqxrl.envs.make("CartPole-v1"), total_timesteps=options.steps)
-    steps = pqn.num_iterations * pqn.steps_per_iteration
-    print(f"\nPQN CartPole, purejaxql's pqn_cartpole config, {steps:,} steps")
-    start = time.perf_counter()
-    ours = eqx.filter_jit(lambda key: pqn.train(key)).lower(jr.key(0)).compile()
-    our_compile = time.perf_counter() - start
-    if options.purejaxql is None:
-        print("  purejaxql: skipped (no --purejaxql FOLDER)")
-        seconds, _ = timed(ours, jr.key(1))
-        print(f"  eqxrl: compile {our_compile:.1f} s, {steps / seconds:,.0f} steps/s")
-        return
-    module = import_purejaxql(options.purejaxql)
-    config = {**PURE_JAXQL_CONFIG, "TOTAL_TIMESTEPS": steps}
-    config["TOTAL_TIMESTEPS_DECAY"] = steps
-    train = module.make_train(dict(config))
-    start = time.perf_counter()
-    peer = jax.jit(train).lower(jr.PRNGKey(0)).compile()
-    peer_compile = time.perf_counter() - start
-    compare_alternating(ours, peer, steps, options.pairs, our_compile, peer_compile)
+    module = None if options.purejaxql is None else import_purejaxql(options.purejaxql)
+    label = "PQN CartPole, purejaxql's pqn_cartpole config"
+    compare_speed(label, pqn, module, PURE_JAXQL_CONFIG, options.pairs)
 
 
 def time_to_greedy(algorithm, seed: int) -> tuple[float | None, int, float]:
@@ -230,8 +160,7 @@ def time_to_greedy(algorithm, seed: int) -> tuple[float | None, int, float]:
         seconds, (state, _) = timed(compiled, algorithm, state)
         elapsed += seconds
         policy = algorithm.policy(state, deterministic=True)
-        result = evaluate(policy, algorithm.env, jr.key(10_000 + seed))
-        greedy = float(result.summary()["return_mean"])
+        greedy = greedy_return(policy, algorithm.env, seed, 16)
         best = max(best, greedy)
         if greedy >= GREEDY_BAR:
             return elapsed, done * algorithm.steps_per_iteration, best
@@ -281,30 +210,20 @@ def memory_chain_pqn(total_timesteps: int, layer_norm: bool = True) -> eqxrl.PQN
 
     gymnax_env, _ = gymnax.make("MemoryChain-bsuite")
     env = eqxrl.envs.from_gymnax(gymnax_env, EnvParams(memory_length=MEMORY_LENGTH))
+    # fmt: off
     return eqxrl.PQN(
-        env=env,
-        num_envs=32,
-        num_steps=128,
-        total_timesteps=total_timesteps,
-        num_epochs=4,
-        num_minibatches=16,
-        learning_rate=1e-3,
-        anneal_lr=False,
-        max_grad_norm=10.0,
-        gamma=0.99,
-        q_lambda=0.95,
-        reward_scale=1.0,
-        exploration_initial_eps=1.0,
-        exploration_final_eps=0.01,
-        exploration_fraction=0.1,
-        hidden_sizes=(256, 256),
-        layer_norm=layer_norm,
+        env=env, num_envs=32, num_steps=128, total_timesteps=total_timesteps,
+        num_epochs=4, num_minibatches=16, learning_rate=1e-3, anneal_lr=False,
+        max_grad_norm=10.0, gamma=0.99, q_lambda=0.95, reward_scale=1.0,
+        exploration_initial_eps=1.0, exploration_final_eps=0.01,
+        exploration_fraction=0.1, hidden_sizes=(256, 256), layer_norm=layer_norm,
         gru_size=256,
     )
+    # fmt: on
 
 
 def memory(options) -> None:
-    if importlib.util.find_spec("gymnax") is None:
+    if missing("gymnax"):
         print("\nPQN-RNN MemoryChain: skipped (gymnax is not installed)")
         return
     pqn = memory_chain_pqn(options.memory_steps, not options.memory_no_layer_norm)
@@ -314,34 +233,27 @@ def memory(options) -> None:
         f"pqn_rnn_memory_chain config, {steps:,} steps x {options.seeds} seed(s) "
         "vmapped"
     )
-    keys = jr.split(jr.key(0), options.seeds)
-    start = time.perf_counter()
-    train = eqx.filter_jit(eqx.filter_vmap(pqn.train)).lower(keys).compile()
-    compile_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    states, _ = train(keys)
-    jax.block_until_ready(eqx.filter(states, eqx.is_array))
-    seconds = time.perf_counter() - start
+    states, _, compile_seconds, seconds = train_seeds(pqn, options.seeds)
     print(
         f"  compile {compile_seconds:.1f} s, train {seconds:.1f} s "
         f"({seconds / pqn.num_iterations:.2f} s per iteration of {options.seeds} "
         "seed(s))"
     )
-    returns = []
-    for seed in range(options.seeds):
-        state = jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, states)
-        result = evaluate(
-            pqn.policy(state, deterministic=True),
-            pqn.env,
-            jr.key(10_000 + seed),
-            num_episodes=128,
-        )
-        returns.append(float(result.summary()["return_mean"]))
-        print(f"  seed {seed}: greedy mean return {returns[-1]:.3f} (128 episodes)")
+    returns = greedy_returns(pqn, states, options.seeds, 128)
+    for seed, value in enumerate(returns):
+        print(f"  seed {seed}: greedy mean return {value:.3f} (128 episodes)")
     solved = sum(r >= MEMORY_BAR for r in returns)
     print(
         f"  solved (greedy mean >= {MEMORY_BAR}) on {solved} of {options.seeds} seeds"
     )
+
+
+def greedy_returns(pqn: eqxrl.PQN, states, seeds: int, episodes: int) -> list:
+    """Each vmapped seed's greedy return."""
+    policies = [
+        pqn.policy(seed_of(states, i), deterministic=True) for i in range(seeds)
+    ]
+    return [greedy_return(p, pqn.env, i, episodes) for i, p in enumerate(policies)]
 
 
 def minatar_pqn(total_timesteps: int) -> eqxrl.PQN:
@@ -350,126 +262,68 @@ def minatar_pqn(total_timesteps: int) -> eqxrl.PQN:
     import gymnax
 
     gymnax_env, params = gymnax.make(MINATAR_ENV)
+    # fmt: off
     return eqxrl.PQN(
-        env=eqxrl.envs.from_gymnax(gymnax_env, params),
-        num_envs=128,
-        num_steps=32,
-        total_timesteps=total_timesteps,
-        num_epochs=2,
-        num_minibatches=32,
-        learning_rate=5e-4,
-        anneal_lr=True,
-        max_grad_norm=10.0,
-        gamma=0.99,
-        q_lambda=0.65,
-        reward_scale=1.0,
-        exploration_initial_eps=1.0,
-        exploration_final_eps=0.05,
-        exploration_fraction=0.1,
+        env=eqxrl.envs.from_gymnax(gymnax_env, params), num_envs=128, num_steps=32,
+        total_timesteps=total_timesteps, num_epochs=2, num_minibatches=32,
+        learning_rate=5e-4, anneal_lr=True, max_grad_norm=10.0, gamma=0.99,
+        q_lambda=0.65, reward_scale=1.0, exploration_initial_eps=1.0,
+        exploration_final_eps=0.05, exploration_fraction=0.1,
         # purejaxql's network divides the 0/1 boards by 255 before its LayerNorm CNN.
         network_factory=functools.partial(
             eqxrl.nn.CNNQNetwork.from_env, observation_scale=1 / 255
         ),
     )
-
-
-def purejaxql_minatar_train(module: types.ModuleType, steps: int):
-    config = {**PURE_JAXQL_MINATAR_CONFIG, "TOTAL_TIMESTEPS": steps}
-    config["TOTAL_TIMESTEPS_DECAY"] = steps
-    return module.make_train(dict(config))
-
-
-def last_tenth(values: np.ndarray) -> float:
-    """The mean over the last 10% of a run's iterations (NaN entries, iterations
-    where no episode ended, left out)."""
-    values = np.asarray(values, np.float64)
-    return float(np.nanmean(values[-max(1, len(values) // 10) :]))
+    # fmt: on
 
 
 def minatar(options) -> None:
-    if importlib.util.find_spec("gymnax") is None:
+    if missing("gymnax"):
         print("\nPQN MinAtar Breakout: skipped (gymnax is not installed)")
         return
-    module = (
-        None
-        if options.purejaxql is None
-        else import_purejaxql(options.purejaxql, "pqn_minatar")
-    )
+    module = None
+    if options.purejaxql is not None:
+        module = import_purejaxql(options.purejaxql, "pqn_minatar")
     if options.minatar_speed_steps > 0:
-        minatar_speed(options, module)
+        label = f"PQN {MINATAR_ENV}, purejaxql's pqn_minatar config, speed"
+        pqn = minatar_pqn(options.minatar_speed_steps)
+        config = PURE_JAXQL_MINATAR_CONFIG
+        compare_speed(label, pqn, module, config, options.pairs)
     if options.minatar_steps > 0:
         minatar_learning(options, module)
 
 
-def minatar_speed(options, module: types.ModuleType | None) -> None:
-    """One seed each, alternating, compile apart."""
-    pqn = minatar_pqn(options.minatar_speed_steps)
-    steps = pqn.num_iterations * pqn.steps_per_iteration
-    print(
-        f"\nPQN {MINATAR_ENV}, purejaxql's pqn_minatar config, speed over "
-        f"{steps:,} steps"
-    )
-    start = time.perf_counter()
-    ours = eqx.filter_jit(lambda key: pqn.train(key)).lower(jr.key(0)).compile()
-    our_compile = time.perf_counter() - start
-    if module is None:
-        print("  purejaxql: skipped (no --purejaxql FOLDER)")
-        seconds, _ = timed(ours, jr.key(1))
-        print(f"  eqxrl: compile {our_compile:.1f} s, {steps / seconds:,.0f} steps/s")
-    else:
-        start = time.perf_counter()
-        peer = (
-            jax.jit(purejaxql_minatar_train(module, steps))
-            .lower(jr.PRNGKey(0))
-            .compile()
-        )
-        peer_compile = time.perf_counter() - start
-        compare_alternating(ours, peer, steps, options.pairs, our_compile, peer_compile)
-
-
-def minatar_learning(options, module: types.ModuleType | None) -> None:
+def minatar_learning(options, module) -> None:
     """`--seeds` seeds vmapped in one program per side, one side after the
     other; the return of the training episodes over the last 10%."""
     pqn = minatar_pqn(options.minatar_steps)
     steps = pqn.num_iterations * pqn.steps_per_iteration
-    keys = jr.split(jr.key(0), options.seeds)
     print(
         f"\nPQN {MINATAR_ENV} learning, {steps:,} steps x {options.seeds} seed(s) "
         "vmapped per side; training episodes' return over the last 10%"
     )
     sides = ["eqxrl"] if module is None else ["eqxrl", "purejaxql"]
     for side in options.minatar_sides or sides:
-        start = time.perf_counter()
         if side == "eqxrl":
-            states, metrics = eqx.filter_jit(eqx.filter_vmap(pqn.train))(keys)
+            states, metrics, *seconds = train_seeds(pqn, options.seeds)
             per_seed = np.asarray(metrics["episode_return"])
-        else:
-            if module is None:
-                continue
-            train = jax.jit(jax.vmap(purejaxql_minatar_train(module, steps)))
-            out = train(jr.split(jr.PRNGKey(0), options.seeds))
+        elif module is not None:  # compiled in the call
+            config = PURE_JAXQL_MINATAR_CONFIG
+            train = jax.jit(jax.vmap(purejaxql_train(module, config, steps)))
+            seconds, out = timed(train, jr.split(jr.PRNGKey(0), options.seeds))
+            seconds = [seconds]
             per_seed = np.asarray(out["metrics"]["returned_episode_returns"])
-        seconds = time.perf_counter() - start
-        returns = [last_tenth(row) for row in per_seed]
+        else:
+            continue
+        returns = last_part(per_seed)
         print(
             f"  {side}: mean {np.mean(returns):.2f} (seeds "
             + ", ".join(f"{r:.2f}" for r in returns)
-            + f"); {seconds:.0f} s with compilation",
+            + f"); {sum(seconds):.0f} s with compilation",
             flush=True,
         )
         if side == "eqxrl":
-            greedy = []
-            for seed in range(options.seeds):
-                state = jax.tree.map(
-                    lambda x: x[seed] if eqx.is_array(x) else x, states
-                )
-                result = evaluate(
-                    pqn.policy(state, deterministic=True),
-                    pqn.env,
-                    jr.key(10_000 + seed),
-                    num_episodes=32,
-                )
-                greedy.append(float(result.summary()["return_mean"]))
+            greedy = greedy_returns(pqn, states, options.seeds, 32)
             print(
                 "  eqxrl greedy (32 episodes each): "
                 + ", ".join(f"{g:.2f}" for g in greedy)
