@@ -566,12 +566,21 @@ def versions(*names: str) -> dict[str, str | None]:
     return found
 
 
-def child_json(arguments: list[str], env: dict | None = None, prefix: str = "") -> Any:
+def child_json(
+    arguments: list[str],
+    env: dict | None = None,
+    prefix: str = "",
+    timeout: float | None = None,
+) -> Any:
     """Run `python arguments...` in a process of its own (its own JAX flags or
     interpreter) and return the JSON of its last stdout line that starts with
     `prefix`; exit with its stderr if it fails."""
     done = subprocess.run(
-        [sys.executable, *arguments], capture_output=True, text=True, env=env
+        [sys.executable, *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith(prefix)]
     if done.returncode != 0 or not lines:

@@ -14,14 +14,14 @@ Both train on the same Brax environment object (eqxrl through
 `eqxrl.envs.from_brax`), backend `--backend` (default `spring`: Brax's fastest
 pipeline, the one its trainers' own CPU tests use; its training notebook orders the
 pipelines `generalized`, `positional`, `spring` by increasing speed), for the same
-number of environment steps. The runs alternate, Brax then eqxrl, for `--pairs`
-rounds in one process (round `i` uses seed `i` on both sides); each round gives a
-speed ratio eqxrl/Brax (> 1: eqxrl faster), and the table reports the median and best
-round ratio.
+number of environment steps. The runs alternate (eqxrl, Brax, then Brax, eqxrl) for
+`--pairs` rounds in one process (round `i` uses seed `i` on both sides); each round
+gives a speed ratio eqxrl/Brax (> 1: eqxrl faster), and the table reports the median
+and best round ratio.
 
 Timing, compile time apart:
 
-- eqxrl: `algorithm.lower(key).compile()` once (timed: the compile time), then each
+- eqxrl: `algorithm.lower(key).compile()` once (`_harness.lowered_program`), then each
   run is one call of the compiled program (the whole run: initialization and every
   iteration, so eqxrl's time includes what Brax's leaves out: network
   initialization and environment resets); steps/s = environment steps / that
@@ -48,7 +48,8 @@ truncated steps, eqxrl's over the whole rollout with the pre-update values,
 bootstrapping through truncation; for SAC see `SAC_GAPS` below.
 
 Brax's trainers call `jax.device_put_replicated`, which jax 0.10 removed: on a newer
-jax, `provide_device_put_replicated()` supplies it (Brax's code runs unchanged); the
+jax, `provide_device_put_replicated()` (from `_harness.py`, importable from here too)
+supplies it (Brax's code runs unchanged); the
 CPU figures were measured in the `.venv-brax` venv (jax 0.8.3), where it exists.
 Run from the repository root:
 
@@ -60,13 +61,19 @@ Run from the repository root:
 
 import argparse
 import statistics
-import time
 import warnings
 from typing import Any
 
 import jax
-import jax.random as jr
 import numpy as np
+from _harness import (
+    Program,
+    alternate,
+    brax_epochs_rate,
+    greedy_return,
+    lowered_program,
+    provide_device_put_replicated,
+)
 
 try:
     import brax
@@ -77,7 +84,7 @@ except ImportError:
     ) from None
 
 import eqxrl
-from eqxrl.envs import AbstractEnvironment, TimeLimit, from_brax
+from eqxrl.envs import TimeLimit, from_brax
 
 # Brax's published settings: its training notebook (`notebooks/training.ipynb`),
 # whose inverted_double_pendulum and ant PPO rows differ from inverted_pendulum's
@@ -156,95 +163,35 @@ SAC_GAPS = (
 )
 
 
-def provide_device_put_replicated() -> None:
-    """Give a jax without `jax.device_put_replicated` (removed in jax 0.10) the one
-    Brax 0.14.2's trainers call: `x` stacked once per device along a new leading
-    axis and put with one shard per device, what `jax.pmap` takes. Brax's own code
-    runs unchanged; nothing happens on a jax that still has the function."""
-    if hasattr(jax, "device_put_replicated"):
-        return
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    def device_put_replicated(x: Any, devices: Any) -> Any:
-        devices = list(devices)
-        mesh = Mesh(np.array(devices), ("devices",))
-        sharding = NamedSharding(mesh, PartitionSpec("devices"))
-        return jax.tree.map(
-            lambda leaf: jax.device_put(
-                np.stack([np.asarray(leaf)] * len(devices)), sharding
-            ),
-            x,
-        )
-
-    jax.device_put_replicated = device_put_replicated
-
-
-def brax_run(algo: str, brax_env: Any, settings: dict[str, Any], seed: int) -> dict:
-    """One Brax training run: steps/s from its third epoch on, the estimated
-    compile time, and the final deterministic evaluation return."""
+def brax_program(algo: str, brax_env: Any, settings: dict[str, Any]) -> Program:
+    """Brax's trainer, a run per seed: its steps/s from its third epoch on, the
+    estimated compile time, and the final deterministic evaluation return (a run's
+    seconds: its steps at that rate)."""
     if algo == "ppo":
         from brax.training.agents.ppo import train as trainer
     else:
         from brax.training.agents.sac import train as trainer
-    progress: list[tuple[int, dict]] = []
-    arguments = {**settings, "seed": seed, "deterministic_eval": True}
-    with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
-        _, _, metrics = trainer.train(
-            environment=brax_env,
-            progress_fn=lambda step, m: progress.append((step, dict(m))),
-            **arguments,
-        )
-    epochs = [(s, m["training/walltime"]) for s, m in progress if "training/sps" in m]
-    if len(epochs) < 3:
-        raise ValueError("Brax's rate is measured from its third epoch: num_evals >= 4")
-    (compiled_steps, compiled_time), (last_steps, last_time) = epochs[1], epochs[-1]
-    rate = (last_steps - compiled_steps) / (last_time - compiled_time)
     # SAC's walltime and steps include its prefill, which runs no updates: its
     # steps are not at the training rate (its compile and run count as compile).
     prefill = 0
     if algo == "sac":
         num_envs = settings["num_envs"]
         prefill = -(-settings.get("min_replay_size", 0) // num_envs) * num_envs
-    trained_steps = compiled_steps - prefill
-    return dict(
-        steps=last_steps,
-        steps_per_second=rate,
-        compile_seconds=max(compiled_time - trained_steps / rate, 0.0),
-        final_return=float(metrics["eval/episode_reward"]),
-    )
 
+    def run(seed: int):
+        progress: list[tuple[int, dict]] = []
+        arguments = {**settings, "seed": seed, "deterministic_eval": True}
+        with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
+            _, _, metrics = trainer.train(
+                environment=brax_env,
+                progress_fn=lambda step, m: progress.append((step, dict(m))),
+                **arguments,
+            )
+        rate = brax_epochs_rate(progress, prefill)
+        rate["final_return"] = float(metrics["eval/episode_reward"])
+        return rate["steps"] / rate["steps_per_second"], rate
 
-class EqxrlRunner:
-    """An eqxrl algorithm compiled once (timed), then run per seed."""
-
-    def __init__(self, algorithm: Any, eval_env: AbstractEnvironment, episodes: int):
-        self.algorithm, self.eval_env, self.episodes = algorithm, eval_env, episodes
-        start = time.perf_counter()
-        self.compiled = algorithm.lower(jr.key(0)).compile()
-        self.compile_seconds = time.perf_counter() - start
-        self.steps = algorithm.num_iterations * steps_per_iteration(algorithm)
-
-    def run(self, seed: int) -> dict:
-        start = time.perf_counter()
-        state, _ = jax.block_until_ready(
-            self.compiled(self.algorithm, jr.key(seed), True)
-        )
-        seconds = time.perf_counter() - start
-        policy = self.algorithm.policy(state, deterministic=True)
-        result = eqxrl.training.evaluate(
-            policy, self.eval_env, jr.key(10_000 + seed), num_episodes=self.episodes
-        )
-        return dict(
-            steps=self.steps,
-            steps_per_second=self.steps / seconds,
-            final_return=float(np.mean(result.returns)),
-        )
-
-
-def steps_per_iteration(algorithm: Any) -> int:
-    if isinstance(algorithm, eqxrl.PPO):
-        return algorithm.num_envs * algorithm.num_steps
-    return algorithm.steps_per_iteration
+    return Program(run, 0, facts=lambda out, seed: out)
 
 
 def settings_for(algo: str, env_name: str, quick: bool, eval_episodes: int) -> tuple:
@@ -269,50 +216,43 @@ def compare(args, algo: str, env_name: str) -> dict:
         algorithm = eqxrl.SAC.from_brax_hyperparameters(from_brax(brax_env), **settings)
         gaps = SAC_GAPS
     eval_env = TimeLimit(from_brax(brax_env), settings["episode_length"])
-    runner = EqxrlRunner(algorithm, eval_env, args.eval_episodes)
+
+    def facts(output, seed: int) -> dict:
+        policy = algorithm.policy(output[0], deterministic=True)
+        return {
+            "final_return": greedy_return(policy, eval_env, seed, args.eval_episodes)
+        }
+
+    ours = lowered_program(algorithm, facts=facts)
+    theirs = brax_program(algo, brax_env, settings)
+    theirs.work = ours.work
     print(
         f"\n[{algo} {env_name}, {label} settings, backend {args.backend}] "
-        f"{runner.steps:,} env steps per run; eqxrl compiled in "
-        f"{runner.compile_seconds:.1f} s; not translated: {gaps}",
+        f"{ours.work:,} env steps per run; eqxrl compiled in "
+        f"{ours.compile_seconds:.1f} s; not translated: {gaps}",
         flush=True,
     )
-    for _ in range(args.warmup):
-        runner.run(0)
-    rounds = []
-    for seed in range(args.pairs):
-        theirs = brax_run(algo, brax_env, settings, seed)
-        ours = runner.run(seed)
-        if theirs["steps"] != ours["steps"]:
-            raise RuntimeError(
-                f"{algo} {env_name}: Brax ran {theirs['steps']:,} steps, eqxrl "
-                f"{ours['steps']:,}"
-            )
-        ratio = ours["steps_per_second"] / theirs["steps_per_second"]
-        rounds.append((theirs, ours, ratio))
-        print(
-            f"  round {seed}: Brax {theirs['steps_per_second']:,.0f} steps/s "
-            f"(compile ~{theirs['compile_seconds']:.1f} s), return "
-            f"{theirs['final_return']:.1f} | eqxrl "
-            f"{ours['steps_per_second']:,.0f} steps/s, return "
-            f"{ours['final_return']:.1f} | ratio {ratio:.2f}x",
-            flush=True,
+    programs = {"eqxrl": ours, "Brax": theirs}
+    warmup = ("eqxrl",) if args.warmup else ()  # Brax compiles at every call
+    result = alternate(programs, args.pairs, warmup=warmup, first_seed=0)
+    if any(f["steps"] != ours.work for f in result.facts["Brax"]):
+        raise RuntimeError(
+            f"{algo} {env_name}: Brax ran other than {ours.work:,} steps"
         )
-    ratios = [r for _, _, r in rounds]
-    brax_rates = [b["steps_per_second"] for b, _, _ in rounds]
-    eqxrl_rates = [e["steps_per_second"] for _, e, _ in rounds]
+    ratios = result.ratios("eqxrl", "Brax")
     summary = dict(
         algo=algo,
         env=env_name,
         label=label,
-        steps=runner.steps,
-        eqxrl_rate=statistics.median(eqxrl_rates),
-        brax_rate=statistics.median(brax_rates),
+        steps=ours.work,
+        eqxrl_rate=statistics.median(result.rates("eqxrl")),
+        brax_rate=statistics.median(result.rates("Brax")),
         median_ratio=statistics.median(ratios),
         best_ratio=max(ratios),
-        eqxrl_compile=runner.compile_seconds,
-        brax_compile=statistics.median(b["compile_seconds"] for b, _, _ in rounds),
-        eqxrl_returns=[e["final_return"] for _, e, _ in rounds],
-        brax_returns=[b["final_return"] for b, _, _ in rounds],
+        eqxrl_compile=ours.compile_seconds,
+        brax_compile=statistics.median(result.fact("Brax", "compile_seconds")),
+        eqxrl_returns=result.fact("eqxrl", "final_return"),
+        brax_returns=result.fact("Brax", "final_return"),
     )
     print(
         f"  {algo} {env_name}: steps/s median eqxrl {summary['eqxrl_rate']:,.0f}, "

@@ -66,71 +66,60 @@ script cannot rot. It writes `OUT/gpu.json` and `OUT/gpu.md`.
 import argparse
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import platform
 import re
 import statistics
-import sys
 import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
+import snake
+import value_based
+from _harness import (
+    PUREJAXRL_CONFIG,
+    Program,
+    alternate,
+    compile_program,
+    final_return,
+    import_purejaxrl,
+    missing,
+    purejaxrl_program,
+    rejax_program,
+    train_program,
+)
 
 import eqxrl
 from eqxrl.training import describe_devices
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import ppo_cartpole  # noqa: E402
-import recurrent  # noqa: E402
-import snake  # noqa: E402
-import value_based  # noqa: E402
-
+# fmt: off
 FULL = {
     "pairs": 2,
     "ppo_timesteps": 124_928,  # 244 of the config's 976 iterations
-    "headline_seeds": 2048,
-    "headline_timesteps": 61_440,  # 120 iterations
-    "snake_envs": (4096, 16384),
-    "snake_steps": 1000,
-    "dqn_steps": 20_000,
-    "iqn_steps": 5_000,
-    "treasure_epochs": 100,
-    "treasure_worlds": 1024,
-    "treasure_world_epochs": 4,
-    "sorrel_epochs": 10,
-    "wide_envs": 512,
-    "brax_eval_episodes": 16,
-    "pqn_headline_steps": 500_000,
-    "profile_iterations": 8,
+    "headline_seeds": 2048, "headline_timesteps": 61_440,  # 120 iterations
+    "snake_envs": (4096, 16384), "snake_steps": 1000,
+    "dqn_steps": 20_000, "iqn_steps": 5_000,
+    "treasure_epochs": 100, "treasure_worlds": 1024, "treasure_world_epochs": 4,
+    "sorrel_epochs": 10, "wide_envs": 512, "brax_eval_episodes": 16,
+    "pqn_headline_steps": 500_000, "profile_iterations": 8,
 }
 SMOKE = {
-    "pairs": 1,
-    "ppo_timesteps": 1024,
-    "headline_seeds": 4,
-    "headline_timesteps": 1024,
+    "pairs": 1, "ppo_timesteps": 1024, "headline_seeds": 4, "headline_timesteps": 1024,
     "snake_envs": (8,),  # one program: a second count only changes sizes
-    "snake_steps": 8,
-    "dqn_steps": 200,
-    "iqn_steps": 200,
-    "treasure_epochs": 1,
-    "treasure_worlds": 4,
-    "treasure_world_epochs": 1,
-    "sorrel_epochs": 1,
-    "wide_envs": 8,
-    "brax_eval_episodes": 2,
+    "snake_steps": 8, "dqn_steps": 200, "iqn_steps": 200, "treasure_epochs": 1,
+    "treasure_worlds": 4, "treasure_world_epochs": 1, "sorrel_epochs": 1,
+    "wide_envs": 8, "brax_eval_episodes": 2,
     "pqn_headline_steps": 16_384,  # one chunk of time_to_greedy
     # The profiles trace the programs already timed (2 iterations): no new compile.
     "profile_iterations": 2,
 }
+# fmt: on
 ROWS = (
     "ppo_cartpole",
     "snake",
@@ -150,55 +139,34 @@ COMMAND_BUFFERS = {
 }
 
 
-@dataclasses.dataclass
-class Program:
-    """A compiled run: `run(seed)` returns `(seconds, facts)` (facts: e.g. a final
-    return), `work` units (environment steps or epochs) per run."""
-
-    run: Callable[[int], tuple[float, dict]]
-    compile_seconds: float
-    work: int
-    memory: dict | None = None
-    fingerprint: int | None = None
-    op_names: dict[str, str] | None = None  # HLO instruction -> JAX name stack
-    hlo_text: str | None = None  # the compiled program, as the backend built it
-
-
-def fingerprint_of(compiled) -> int | None:
-    """A hash of the compiled program's text (two programs traced under different
-    switches must differ)."""
-    compiled = getattr(compiled, "compiled", compiled)
-    try:
-        return hash(compiled.as_text())
-    except Exception:  # noqa: BLE001 - not every backend gives the text
-        return None
-
-
 def hlo_text_of(compiled) -> str | None:
     """The compiled program's optimized HLO (on a GPU, with its CUDA graphs as
     `command_buffer` computations)."""
-    compiled = getattr(compiled, "compiled", compiled)
+    compiled = getattr(compiled, "compiled", compiled)  # Equinox wraps JAX's
     try:
         return compiled.as_text()
     except Exception:  # noqa: BLE001 - not every backend gives the text
         return None
 
 
-def op_names_of(compiled) -> dict[str, str] | None:
+def fingerprint_of(program: Program) -> int | None:
+    """A hash of the compiled program's text (two programs traced under different
+    switches must differ)."""
+    text = hlo_text_of(program.compiled)
+    return None if text is None else hash(text)
+
+
+def op_names_of(compiled) -> dict[str, str]:
     """Each instruction of the compiled program's HLO -> the JAX name stack it came
     from (its `op_name` metadata, e.g. `jit(train)/while/body/dot_general`): what a
     profile's kernels (named by instruction) are grouped by."""
-    text = hlo_text_of(compiled)
-    if text is None:
-        return None
     pattern = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', re.M)
-    return dict(pattern.findall(text))
+    return dict(pattern.findall(hlo_text_of(compiled) or ""))
 
 
 def memory_of(compiled) -> dict | None:
     """XLA's `memory_analysis()` of a compiled program, in bytes (`None` where the
     backend gives none)."""
-    # An Equinox `Compiled` wraps JAX's as `.compiled`.
     compiled = getattr(compiled, "compiled", compiled)
     try:
         analysis = compiled.memory_analysis()
@@ -212,27 +180,6 @@ def memory_of(compiled) -> dict | None:
     return sizes
 
 
-def timed_program(compiled, make_args: Callable[[int], tuple], work: int) -> Program:
-    """A `Program` around an ahead-of-time compiled function."""
-
-    def run(seed: int) -> tuple[float, dict]:
-        args = make_args(seed)
-        start = time.perf_counter()
-        jax.block_until_ready(eqx.filter(compiled(*args), eqx.is_array))
-        return time.perf_counter() - start, {}
-
-    return Program(run, 0.0, work, memory_of(compiled), fingerprint_of(compiled))
-
-
-def compile_timed(function, *args, compiler_options: dict | None = None):
-    start = time.perf_counter()
-    lowered = function.lower(*args)
-    compiled = (
-        lowered.compile(compiler_options) if compiler_options else lowered.compile()
-    )
-    return compiled, time.perf_counter() - start
-
-
 def kernel_profile(program: Program, hlo_path: Path | None = None) -> dict:
     """Trace one run of `program` with `jax.profiler` and sum the device's kernel
     time: in all, by loop depth (how many `while/body` scopes the operation sits
@@ -241,8 +188,9 @@ def kernel_profile(program: Program, hlo_path: Path | None = None) -> dict:
     over the run's wall time: low where launches and host reads, not the
     kernels, take the time. With `hlo_path`, the program's HLO is written there: on
     a GPU it says which operations each `command_buffer` (CUDA graph) holds."""
-    if hlo_path is not None and program.hlo_text is not None:
-        hlo_path.write_text(program.hlo_text)
+    text, op_names = hlo_text_of(program.compiled), op_names_of(program.compiled)
+    if hlo_path is not None and text is not None:
+        hlo_path.write_text(text)
     program.run(0)  # one-time costs (allocations, loading) out of the trace
     folder = tempfile.mkdtemp(prefix="eqxrl-profile-")
     jax.profiler.start_trace(folder)
@@ -280,7 +228,7 @@ def kernel_profile(program: Program, hlo_path: Path | None = None) -> dict:
                 stats = dict(event.stats)
             stat_names.update(stats)
             operation = str(stats.get("hlo_op") or event.name)
-            scope = str((program.op_names or {}).get(operation) or operation)
+            scope = str(op_names.get(operation) or operation)
             depth = scope.count("while/body")
             total_ns += event.duration_ns
             kernels += 1
@@ -301,53 +249,41 @@ def kernel_profile(program: Program, hlo_path: Path | None = None) -> dict:
     }
 
 
-def alternate(ours: Program, peer: Program | None, pairs: int) -> dict:
-    """Warm-ups, then `pairs` rounds alternating which goes first."""
-    ours.run(0)
-    if peer is not None:
-        peer.run(0)
-    our_rates, peer_rates, ratios, facts = [], [], [], {}
-    for round_index in range(pairs):
-        seed = round_index + 1
-        first_ours = peer is None or round_index % 2 == 0
-        for side in ("ours", "peer") if first_ours else ("peer", "ours"):
-            program = ours if side == "ours" else peer
-            if program is None:
-                continue
-            seconds, program_facts = program.run(seed)
-            rates = our_rates if side == "ours" else peer_rates
-            rates.append(program.work / seconds)
-            facts.update({f"{side}_{k}": v for k, v in program_facts.items()})
-        if peer is not None:
-            ratios.append(our_rates[-1] / peer_rates[-1])
-    result = {
-        "eqxrl_per_s": statistics.median(our_rates),
-        "eqxrl_best_per_s": max(our_rates),
+def compare(ours: Program, peer: Program | None, pairs: int) -> dict:
+    """`ours` against `peer` (`None`: `ours` alone), alternating: the medians,
+    best, ratios and compile times, and the last round's facts."""
+    programs = {"ours": ours} if peer is None else {"ours": ours, "peer": peer}
+    result = alternate(programs, pairs, unit=None)
+    rates = result.rates("ours")
+    facts = {
+        f"{side}_{k}": v for side in programs for k, v in result.facts[side][-1].items()
+    }
+    report = {
+        "eqxrl_per_s": statistics.median(rates),
+        "eqxrl_best_per_s": max(rates),
         "eqxrl_compile_s": ours.compile_seconds,
-        "eqxrl_memory": ours.memory,
+        "eqxrl_memory": memory_of(ours.compiled),
         **facts,
     }
     if peer is not None:
-        result.update(
-            peer_per_s=statistics.median(peer_rates),
+        ratios = result.ratios("ours", "peer")
+        report.update(
+            peer_per_s=statistics.median(result.rates("peer")),
             peer_compile_s=peer.compile_seconds,
             ratio_median=statistics.median(ratios),
             ratio_best=max(ratios),
             ratios=ratios,
         )
-    return result
-
-
-def missing(*modules: str) -> str | None:
-    """Why a peer cannot run: the first of `modules` not installed."""
-    for module in modules:
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed"
-    return None
+    return report
 
 
 # --------------------------------------------------------------------------------------
 # 1. PPO on CartPole against PureJaxRL
+
+
+def row(name: str, program: str, peer: str, skipped: str | None, **rest) -> dict:
+    return {"row": name, "program": program, "unit": "env steps", "peer": peer,
+            "skipped": skipped, **rest}  # fmt: skip
 
 
 def eqxrl_ppo(
@@ -371,72 +307,37 @@ def eqxrl_ppo(
             return ppo.train(keys, throw=throw)
         return eqx.filter_vmap(lambda key: ppo.train(key, throw=throw))(keys)
 
-    def make_keys(seed):
+    def arguments(seed):
         key = jr.key(seed)
-        return key if num_seeds == 1 else jr.split(key, num_seeds)
+        return ppo, key if num_seeds == 1 else jr.split(key, num_seeds)
+
+    def facts(output, seed) -> dict:
+        return {
+            "final_return": float(np.mean(final_return(output[1]["episode_return"])))
+        }
 
     compiler_options = {**ppo.compiler_options, **(compiler_options or {})}
     function = eqx.filter_jit(train, compiler_options=compiler_options or None)
-    compiled, compile_seconds = compile_timed(function, ppo, make_keys(0))
-
-    def run(seed):
-        keys = make_keys(seed)
-        start = time.perf_counter()
-        _, metrics = jax.block_until_ready(compiled(ppo, keys))
-        seconds = time.perf_counter() - start
-        returns = ppo_cartpole.final_return(metrics["episode_return"])
-        return seconds, {"final_return": float(np.mean(returns))}
-
     work = num_seeds * ppo.num_iterations * ppo.num_envs * ppo.num_steps
-    return Program(
-        run,
-        compile_seconds,
-        work,
-        memory_of(compiled),
-        fingerprint_of(compiled),
-        op_names_of(compiled),
-        hlo_text_of(compiled),
-    )
+    return compile_program(function, arguments, work, facts)
 
 
 def purejaxrl_ppo(
     folder: Path, timesteps: int, num_seeds: int, compiler_options: dict | None = None
 ) -> Program:
-    module = recurrent.import_purejaxrl(folder, "ppo")
-    config = {**recurrent.PUREJAXRL_FF_CONFIG, "TOTAL_TIMESTEPS": timesteps}
-    train = module.make_train(config)
-    if num_seeds > 1:
-        train = jax.vmap(train)
-
-    def make_keys(seed):
-        key = jr.PRNGKey(seed)
-        return key if num_seeds == 1 else jr.split(key, num_seeds)
-
-    compiled, compile_seconds = compile_timed(
-        jax.jit(train), make_keys(0), compiler_options=compiler_options
-    )
-
-    def run(seed):
-        keys = make_keys(seed)
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(keys))
-        seconds = time.perf_counter() - start
-        metrics = out["metrics"]
-        returns = np.asarray(metrics["returned_episode_returns"])
-        ended = np.asarray(metrics["returned_episode"])
-        if num_seeds > 1:  # [seeds, iterations, ...] -> [iterations, ..., seeds]
-            returns, ended = np.moveaxis(returns, 0, -1), np.moveaxis(ended, 0, -1)
-        return seconds, {"final_return": recurrent.final_return(returns, ended)}
-
-    work = num_seeds * config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
-    return Program(run, compile_seconds, int(work), op_names=op_names_of(compiled))
+    module = import_purejaxrl(folder / "ppo.py")
+    config = {**PUREJAXRL_CONFIG, "TOTAL_TIMESTEPS": timesteps}
+    program = purejaxrl_program(module, config, num_seeds, compiler_options)
+    facts = program.facts
+    program.facts = lambda out, seed: {"final_return": facts(out, seed)["final_return"]}
+    return program
 
 
 def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
     why = missing("gymnax", "flax", "distrax", "optax")
     if why is None and options.purejaxrl is None:
         why = "--purejaxrl FOLDER (PureJaxRL's ppo.py and wrappers.py) not given"
-    results = []
+    results, pairs = [], sizes["pairs"]
     for label, timesteps, seeds in (
         ("PPO CartPole, PureJaxRL's config, 1 seed", sizes["ppo_timesteps"], 1),
         (
@@ -447,50 +348,42 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
     ):
         ours = plain = eqxrl_ppo(timesteps, seeds)
         peer = None if why else purejaxrl_ppo(options.purejaxrl, timesteps, seeds)
-        row = {
-            "row": "ppo_cartpole",
-            "unit": "env steps",
-            "peer": "PureJaxRL ppo.py",
-            "skipped": why,
-            "steps_per_run": ours.work,
-        }
+        name, peer_name = "ppo_cartpole", "PureJaxRL ppo.py"
         results.append(
-            {**row, "program": label, **alternate(ours, peer, sizes["pairs"])}
+            row(
+                name,
+                label,
+                peer_name,
+                why,
+                steps_per_run=ours.work,
+                **compare(ours, peer, pairs),
+            )
         )
         if seeds == 1:
             # `train`'s divergence check is an `eqx.error_if` after every
             # iteration: a conditional, whose predicate XLA:GPU reads on the host.
             # What it costs where launches, not kernels, take the time.
             ours = eqxrl_ppo(timesteps, seeds, throw=False)
+            label_ = f"{label}; eqxrl with throw=False (no divergence check)"
             results.append(
-                {
-                    **row,
-                    "program": f"{label}; eqxrl with throw=False (no divergence check)",
-                    **alternate(ours, peer, sizes["pairs"]),
-                }
+                row(name, label_, peer_name, why, **compare(ours, peer, pairs))
             )
         if options.command_buffers:
             # Each side with the option, against the peer as it ships.
             ours = eqxrl_ppo(timesteps, seeds, compiler_options=COMMAND_BUFFERS)
+            label_ = f"{label}; eqxrl with command buffers"
             results.append(
-                {
-                    **row,
-                    "program": f"{label}; eqxrl with command buffers",
-                    **alternate(ours, peer, sizes["pairs"]),
-                }
+                row(name, label_, peer_name, why, **compare(ours, peer, pairs))
             )
             if peer is not None:
                 peer_with = purejaxrl_ppo(
                     options.purejaxrl, timesteps, seeds, COMMAND_BUFFERS
                 )
-                results.append(
-                    {
-                        **row,
-                        "program": f"{label}; PureJaxRL with command buffers (as "
-                        "eqxrl) vs PureJaxRL",
-                        **alternate(peer_with, peer, sizes["pairs"]),
-                    }
+                label_ = (
+                    f"{label}; PureJaxRL with command buffers (as eqxrl) vs PureJaxRL"
                 )
+                comparison = compare(peer_with, peer, pairs)
+                results.append(row(name, label_, peer_name, why, **comparison))
         if options.profile:
             # A few iterations of each side, traced: where the time goes.
             iterations = sizes["profile_iterations"]
@@ -504,14 +397,8 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
                     purejaxrl_ppo(options.purejaxrl, short, seeds),
                     options.out / f"hlo_purejaxrl_{seeds}.txt",
                 )
-            results.append(
-                {
-                    **row,
-                    "row": "profile",
-                    "program": f"{label}, {iterations} iterations traced",
-                    "profiles": profiles,
-                }
-            )
+            label_ = f"{label}, {iterations} iterations traced"
+            results.append(row("profile", label_, peer_name, why, profiles=profiles))
     return results
 
 
@@ -519,53 +406,29 @@ def row_ppo_cartpole(sizes: dict, options) -> list[dict]:
 # 2. Snake against Jumanji
 
 
+def snake_program(loop, num_envs: int, steps: int) -> Program:
+    return compile_program(loop, lambda seed: (jr.key(seed),), num_envs * steps)
+
+
 def row_snake(sizes: dict, options) -> list[dict]:
     why = missing("jumanji")
     results = []
-    key = jr.key(0)
     for num_envs in sizes["snake_envs"]:
         steps = sizes["snake_steps"]
-        compiled, compile_seconds = compile_timed(
-            snake.eqxrl_loop(12, num_envs, steps), key
-        )
-        ours = timed_program(compiled, lambda seed: (jr.key(seed),), num_envs * steps)
-        ours.compile_seconds = compile_seconds
+        ours = snake_program(snake.eqxrl_loop(12, num_envs, steps), num_envs, steps)
         peer = None
         if why is None:
-            compiled, compile_seconds = compile_timed(
-                snake.jumanji_loop(12, num_envs, steps), key
+            peer = snake_program(
+                snake.jumanji_loop(12, num_envs, steps), num_envs, steps
             )
-            peer = timed_program(
-                compiled, lambda seed: (jr.key(seed),), num_envs * steps
-            )
-            peer.compile_seconds = compile_seconds
-        results.append(
-            {
-                "row": "snake",
-                "program": f"Snake 12x12, {num_envs:,} envs x {steps:,} steps",
-                "unit": "env steps",
-                "peer": "Jumanji Snake-v1",
-                "skipped": why,
-                **alternate(ours, peer, sizes["pairs"]),
-            }
-        )
+        label = f"Snake 12x12, {num_envs:,} envs x {steps:,} steps"
+        comparison = compare(ours, peer, sizes["pairs"])
+        results.append(row("snake", label, "Jumanji Snake-v1", why, **comparison))
     return results
 
 
 # --------------------------------------------------------------------------------------
 # 3. DQN and IQN against rejax
-
-
-def eqxrl_train(algorithm, work: int, compiler_options: dict | None = None) -> Program:
-    compiler_options = {**algorithm.compiler_options, **(compiler_options or {})}
-    function = eqx.filter_jit(
-        lambda algorithm, key: algorithm.train(key)[0],
-        compiler_options=compiler_options or None,
-    )
-    compiled, compile_seconds = compile_timed(function, algorithm, jr.key(0))
-    program = timed_program(compiled, lambda seed: (algorithm, jr.key(seed)), work=work)
-    program.compile_seconds = compile_seconds
-    return program
 
 
 def row_value_based(sizes: dict, options) -> list[dict]:
@@ -579,32 +442,19 @@ def row_value_based(sizes: dict, options) -> list[dict]:
         if algorithm.learning_starts >= steps:  # the smoke sizes: learn at once
             algorithm = dataclasses.replace(algorithm, learning_starts=steps // 2)
         algorithm = dataclasses.replace(algorithm, total_timesteps=steps)
-        ours = eqxrl_train(algorithm, steps)
-        peer = None
-        if why is None:
-            run, compile_seconds, _ = value_based.rejax_runner(name, steps)
-            peer = Program(
-                lambda seed, run=run: (run(seed)[0], {}), compile_seconds, steps
-            )
-        row = {
-            "row": "value_based",
-            "unit": "env steps",
-            "peer": f"rejax {name}",
-            "skipped": why,
-        }
-        label = f"{name} CartPole, rejax's settings, {steps:,} steps"
-        results.append(
-            {**row, "program": label, **alternate(ours, peer, sizes["pairs"])}
+        ours = train_program(algorithm, steps)
+        peer = None if why else rejax_program(name, value_based.REJAX[name], steps)
+        label, peer_name = (
+            f"{name} CartPole, rejax's settings, {steps:,} steps",
+            f"rejax {name}",
         )
+        comparison = compare(ours, peer, sizes["pairs"])
+        results.append(row("value_based", label, peer_name, why, **comparison))
         if options.command_buffers:
-            ours = eqxrl_train(algorithm, steps, COMMAND_BUFFERS)
-            results.append(
-                {
-                    **row,
-                    "program": f"{label}; eqxrl with command buffers",
-                    **alternate(ours, peer, sizes["pairs"]),
-                }
-            )
+            ours = train_program(algorithm, steps, compiler_options=COMMAND_BUFFERS)
+            label_ = f"{label}; eqxrl with command buffers"
+            comparison = compare(ours, peer, sizes["pairs"])
+            results.append(row("value_based", label_, peer_name, why, **comparison))
     return results
 
 
@@ -649,10 +499,10 @@ def sorrel_program(epochs: int) -> Program:
         env = TreasurehuntEnv(world, config)
         start = time.perf_counter()
         env.run_experiment(animate=False, logging=False, output_dir=Path(folder))
-        return time.perf_counter() - start, {}
+        return time.perf_counter() - start, None
 
     # run_experiment runs epochs + 1 episodes (range(epochs + 1)).
-    return Program(run, 0.0, epochs + 1)
+    return Program(run, epochs + 1)
 
 
 def row_treasure_hunt(sizes: dict, options) -> list[dict]:
@@ -671,18 +521,15 @@ def row_treasure_hunt(sizes: dict, options) -> list[dict]:
         learners = eqxrl.multiagent.Independent.from_sorrel(
             env, num_epochs=epochs, num_envs=worlds
         )
-        ours = eqxrl_train(learners, worlds * epochs)
+        ours = train_program(learners, worlds * epochs)
         peer = sorrel_program(sizes["sorrel_epochs"]) if why is None else None
+        label = (
+            f"Sorrel's experiment, {worlds:,} world(s) x {epochs} epochs of 100 turns"
+        )
+        peer_name = f"Sorrel 1.6.0, {sizes['sorrel_epochs']} epochs"
+        comparison = compare(ours, peer, sizes["pairs"])
         results.append(
-            {
-                "row": "treasure_hunt",
-                "program": f"Sorrel's experiment, {worlds:,} world(s) x {epochs} "
-                "epochs of 100 turns",
-                "unit": "epochs",
-                "peer": f"Sorrel 1.6.0, {sizes['sorrel_epochs']} epochs",
-                "skipped": why,
-                **alternate(ours, peer, sizes["pairs"]),
-            }
+            row("treasure_hunt", label, peer_name, why, **comparison, unit="epochs")
         )
     return results
 
@@ -693,18 +540,15 @@ def row_treasure_hunt(sizes: dict, options) -> list[dict]:
 
 def row_brax(sizes: dict, options) -> list[dict]:
     why = missing("brax", "mujoco")
-    programs = (("ppo", "PPO"), ("sac", "SAC"))
-    env_name = "inverted_pendulum"
+    budget = "toy sizes" if sizes["smoke"] else "small budget"
+    labels = {
+        algo: f"{algo.upper()} inverted_pendulum, Brax's settings"
+        + ("" if why else f" ({budget}), backend {options.brax_backend}")
+        for algo in ("ppo", "sac")
+    }
     if why is not None:
         return [
-            {
-                "row": "brax",
-                "program": f"{label} {env_name}, Brax's settings",
-                "unit": "env steps",
-                "peer": f"Brax {label}",
-                "skipped": why,
-            }
-            for _, label in programs
+            row("brax", label, f"Brax {a.upper()}", why) for a, label in labels.items()
         ]
     import brax_trainers
 
@@ -717,35 +561,20 @@ def row_brax(sizes: dict, options) -> list[dict]:
         pairs=options.brax_pairs,
     )
     results = []
-    for algo, label in programs:
-        row = {
-            "row": "brax",
-            "program": f"{label} {env_name}, Brax's settings "
-            f"({'toy sizes' if sizes['smoke'] else 'small budget'}), backend "
-            f"{options.brax_backend}",
-            "unit": "env steps",
-            "peer": f"Brax {label}",
-        }
+    for algo, label in labels.items():
+        peer = f"Brax {algo.upper()}"
         if time_left(options) is not None and time_left(options) < 60:
-            results.append({**row, "skipped": "the run's time budget was spent"})
+            results.append(row("brax", label, peer, "the run's time budget was spent"))
             continue
-        summary = brax_trainers.compare(settings, algo, env_name)
+        s = brax_trainers.compare(settings, algo, "inverted_pendulum")
         results.append(
-            {
-                **row,
-                "skipped": None,
-                "steps_per_run": summary["steps"],
-                "eqxrl_per_s": summary["eqxrl_rate"],
-                "peer_per_s": summary["brax_rate"],
-                "ratio_median": summary["median_ratio"],
-                "ratio_best": summary["best_ratio"],
-                "eqxrl_compile_s": summary["eqxrl_compile"],
-                "peer_compile_s": summary["brax_compile"],
-                "eqxrl_memory": None,
-                "eqxrl_final_returns": summary["eqxrl_returns"],
-                "peer_final_returns": summary["brax_returns"],
-            }
-        )
+            row("brax", label, peer, None, steps_per_run=s["steps"],
+                eqxrl_per_s=s["eqxrl_rate"], peer_per_s=s["brax_rate"],
+                ratio_median=s["median_ratio"], ratio_best=s["best_ratio"],
+                eqxrl_compile_s=s["eqxrl_compile"], peer_compile_s=s["brax_compile"],
+                eqxrl_memory=None, eqxrl_final_returns=s["eqxrl_returns"],
+                peer_final_returns=s["brax_returns"])
+        )  # fmt: skip
     return results
 
 
@@ -838,12 +667,6 @@ def row_memory(results: list[dict]) -> list[dict]:
 # The CPU-tuned tricks, on and off
 
 
-@contextlib.contextmanager
-def tricks(enabled: bool) -> Iterator[None]:
-    with eqxrl.algorithms.cpu_speed_tricks(enabled):
-        yield
-
-
 def row_tricks(sizes: dict, options) -> list[dict]:
     gru = eqxrl.nn.GRUActorCritic.from_env
     programs = (
@@ -853,46 +676,28 @@ def row_tricks(sizes: dict, options) -> list[dict]:
     )
     if sizes["smoke"]:
         programs = programs[:1]  # the code path; the others only change sizes
-    results = []
-    for label, num_envs, extra in programs:
-        timesteps = max(sizes["headline_timesteps"], 2 * num_envs * 128)
-        with tricks(True):
-            on = eqxrl_ppo(timesteps, 1, num_envs=num_envs, **extra)
-        with tricks(False):
-            off = eqxrl_ppo(timesteps, 1, num_envs=num_envs, **extra)
-        result = alternate(on, off, sizes["pairs"])
-        result["programs_differ"] = on.fingerprint != off.fingerprint
-        results.append(
-            {
-                "row": "tricks",
-                "program": label + ": CPU tricks on (eqxrl) vs off (peer)",
-                "unit": "env steps",
-                "peer": "the same, tricks off",
-                "skipped": None,
-                **result,
-            }
-        )
     steps, num_envs = sizes["snake_steps"], sizes["snake_envs"][0]
-    programs = []
-    for enabled in (True, False):
-        with tricks(enabled):
-            compiled, seconds = compile_timed(
-                snake.eqxrl_loop(12, num_envs, steps), jr.key(0)
-            )
-        program = timed_program(compiled, lambda s: (jr.key(s),), num_envs * steps)
-        program.compile_seconds = seconds
-        programs.append(program)
-    results.append(
-        {
-            "row": "tricks",
-            "program": f"Snake {num_envs:,} envs: CPU tricks on (eqxrl) vs off (peer)",
-            "unit": "env steps",
-            "peer": "the same, tricks off",
-            "skipped": None,
-            "programs_differ": programs[0].fingerprint != programs[1].fingerprint,
-            **alternate(*programs, sizes["pairs"]),
-        }
-    )
+    builders = [
+        (label, lambda n=n, extra=extra: eqxrl_ppo(
+            max(sizes["headline_timesteps"], 2 * n * 128), 1, num_envs=n, **extra))
+        for label, n, extra in programs
+    ] + [
+        (f"Snake {num_envs:,} envs", lambda: snake_program(
+            snake.eqxrl_loop(12, num_envs, steps), num_envs, steps))
+    ]  # fmt: skip
+    results = []
+    for label, build in builders:
+        with eqxrl.algorithms.cpu_speed_tricks(True):
+            on = build()
+        with eqxrl.algorithms.cpu_speed_tricks(False):
+            off = build()
+        label = label + ": CPU tricks on (eqxrl) vs off (peer)"
+        differ = fingerprint_of(on) != fingerprint_of(off)
+        comparison = compare(on, off, sizes["pairs"])
+        results.append(
+            row("tricks", label, "the same, tricks off", None,
+                programs_differ=differ, **comparison)
+        )  # fmt: skip
     return results
 
 

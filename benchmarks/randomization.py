@@ -26,10 +26,10 @@ matrix products. `--networks small` gives both sides `(64, 64)` networks (eqxrl'
 defaults, through Brax's own `make_ppo_networks`), where the environment's physics is
 most of the work.
 
-Round `i` trains seed `i` on both sides, Brax first in even rounds and eqxrl first in
-odd ones (A B, B A: a machine that slows down during a round favours neither side).
+Round `i` trains seed `i` on both sides, eqxrl first in even rounds and Brax first in
+odd ones (A B, B A: a machine that slows down during a round favors neither side).
 Brax's trainer calls `jax.device_put_replicated`, gone since jax 0.10, which
-`brax_trainers.provide_device_put_replicated` supplies there; the figures were measured
+`_harness.provide_device_put_replicated` supplies there; the figures were measured
 in `.venv-brax` (jax 0.8.3, brax 0.14.2, playground 0.2.0, eqxrl with the `export`
 extra):
 
@@ -42,7 +42,6 @@ import argparse
 import functools
 import json
 import statistics
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,14 @@ import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
+from _harness import (
+    Program,
+    alternate,
+    brax_epochs_rate,
+    greedy_return,
+    lowered_program,
+    provide_device_put_replicated,
+)
 
 try:
     from brax.training.agents.ppo import networks as ppo_networks, train as brax_ppo
@@ -60,8 +67,6 @@ except ImportError:
         "this benchmark needs Brax and MuJoCo Playground: run it with "
         ".venv-brax/bin/python"
     ) from None
-
-from brax_trainers import provide_device_put_replicated
 
 import eqxrl
 from eqxrl.envs import TimeLimit, brax_randomization, from_brax
@@ -125,38 +130,29 @@ class BraxPolicy(eqxrl.nn.AbstractPolicy):
         return action[0]
 
 
-def brax_run(env: Any, settings: dict, seed: int) -> dict:
-    """One Brax training run: steps/s from its third epoch on (its first two
-    compile), the estimated compile time, and the trained greedy policy."""
-    progress: list[tuple[int, dict]] = []
-    with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
-        make_policy, params, _ = brax_ppo.train(
-            environment=env,
-            randomization_fn=randomize,
-            wrap_env_fn=wrapper.wrap_for_brax_training,
-            progress_fn=lambda step, m: progress.append((step, dict(m))),
-            seed=seed,
-            **settings,
-        )
-    epochs = [(s, m["training/walltime"]) for s, m in progress if "training/sps" in m]
-    if len(epochs) < 3:
-        raise ValueError("Brax's rate is read from its third epoch: num_evals >= 4")
-    (compiled_steps, compiled_time), (last_steps, last_time) = epochs[1], epochs[-1]
-    rate = (last_steps - compiled_steps) / (last_time - compiled_time)
-    return dict(
-        steps=last_steps,
-        steps_per_second=rate,
-        compile_seconds=max(compiled_time - compiled_steps / rate, 0.0),
-        policy=BraxPolicy(params, make_policy),
-    )
+def brax_program(env: Any, settings: dict, steps: int) -> Program:
+    """Brax's PPO, a training run per seed: steps/s from its third epoch on (its
+    first two compile), the estimated compile time, and the trained greedy policy
+    (a run's seconds: its steps at that rate)."""
 
+    def run(seed: int):
+        progress: list[tuple[int, dict]] = []
+        with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
+            make_policy, params, _ = brax_ppo.train(
+                environment=env,
+                randomization_fn=randomize,
+                wrap_env_fn=wrapper.wrap_for_brax_training,
+                progress_fn=lambda step, m: progress.append((step, dict(m))),
+                seed=seed,
+                **settings,
+            )
+        out = brax_epochs_rate(progress)
+        if out["steps"] != steps:
+            raise RuntimeError(f"Brax ran {out['steps']:,} steps, eqxrl {steps:,}")
+        out["policy"] = BraxPolicy(params, make_policy)
+        return steps / out["steps_per_second"], out
 
-def held_out_return(policy: Any, eval_env: Any, seed: int, episodes: int) -> float:
-    with jax.numpy_rank_promotion("allow"):
-        result = eqxrl.training.evaluate(
-            policy, eval_env, jr.key(10_000 + seed), num_episodes=episodes
-        )
-    return float(np.mean(result.returns))
+    return Program(run, steps)
 
 
 def main() -> None:
@@ -193,66 +189,49 @@ def main() -> None:
     eval_env = brax_randomization(
         TimeLimit(from_brax(env), settings["episode_length"]), randomize
     )
-    start = time.perf_counter()
-    compiled = ppo.lower(jr.key(0)).compile()
-    eqxrl_compile = time.perf_counter() - start
-    steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
+
+    def held_out(policy, seed: int) -> dict:  # both sides, one evaluator
+        return {"return": greedy_return(policy, eval_env, seed, episodes)}
+
+    ours = lowered_program(
+        ppo,
+        facts=lambda out, seed: held_out(ppo.policy(out[0], deterministic=True), seed),
+    )
+    steps = ours.work
     print(
         f"jax {jax.__version__}, eqxrl {eqxrl.__version__}; {TASK}, {steps:,} steps "
-        f"per run, {args.networks} networks; eqxrl compiled in {eqxrl_compile:.1f} s",
+        f"per run, {args.networks} networks; eqxrl compiled in "
+        f"{ours.compile_seconds:.1f} s",
         flush=True,
     )
-    rounds = []
-
-    def eqxrl_run(seed):
-        start = time.perf_counter()
-        state, _ = jax.block_until_ready(compiled(ppo, jr.key(seed), True))
-        return state, dict(steps_per_second=steps / (time.perf_counter() - start))
-
-    for seed in range(pairs):
-        if seed % 2 == 0:
-            theirs = brax_run(env, settings, seed)
-            state, ours = eqxrl_run(seed)
-        else:
-            state, ours = eqxrl_run(seed)
-            theirs = brax_run(env, settings, seed)
-        if theirs["steps"] != steps:
-            raise RuntimeError(f"Brax ran {theirs['steps']:,} steps, eqxrl {steps:,}")
-        ours["return"] = held_out_return(
-            ppo.policy(state, deterministic=True), eval_env, seed, episodes
-        )
-        theirs["return"] = held_out_return(
-            theirs.pop("policy"), eval_env, seed, episodes
-        )
-        ratio = ours["steps_per_second"] / theirs["steps_per_second"]
-        rounds.append(dict(seed=seed, brax=theirs, eqxrl=ours, ratio=ratio))
-        print(
-            f"  round {seed}: Brax {theirs['steps_per_second']:,.0f} steps/s, held-out "
-            f"return {theirs['return']:.1f} | eqxrl {ours['steps_per_second']:,.0f} "
-            f"steps/s, held-out return {ours['return']:.1f} | ratio {ratio:.2f}x",
-            flush=True,
-        )
-    ratios = [r["ratio"] for r in rounds]
+    theirs = brax_program(env, settings, steps)
+    theirs.facts = lambda out, seed: {
+        **held_out(out["policy"], seed),
+        "compile_seconds": out["compile_seconds"],
+    }
+    programs = {"eqxrl": ours, "Brax": theirs}
+    result = alternate(programs, pairs, warmup=(), first_seed=0)
+    ratios = result.ratios("eqxrl", "Brax")
+    returns = {name: result.fact(name, "return") for name in programs}
     summary = dict(
         task=TASK,
         networks=args.networks,
         settings={k: str(v) for k, v in settings.items()},
         steps=steps,
         eval_episodes=episodes,
-        eqxrl_compile_seconds=eqxrl_compile,
+        eqxrl_compile_seconds=ours.compile_seconds,
         median_ratio=statistics.median(ratios),
         best_ratio=max(ratios),
-        eqxrl_returns=[r["eqxrl"]["return"] for r in rounds],
-        brax_returns=[r["brax"]["return"] for r in rounds],
-        rounds=rounds,
+        eqxrl_returns=returns["eqxrl"],
+        brax_returns=returns["Brax"],
+        steps_per_second={name: result.rates(name) for name in programs},
+        brax_compile_seconds=result.fact("Brax", "compile_seconds"),
     )
     print(
         f"steps/s ratio median {summary['median_ratio']:.2f}x (best "
         f"{summary['best_ratio']:.2f}x); held-out return eqxrl "
-        f"{np.mean(summary['eqxrl_returns']):.1f} "
-        f"(min {min(summary['eqxrl_returns']):.1f}), Brax "
-        f"{np.mean(summary['brax_returns']):.1f} "
-        f"(min {min(summary['brax_returns']):.1f})"
+        f"{np.mean(returns['eqxrl']):.1f} (min {min(returns['eqxrl']):.1f}), Brax "
+        f"{np.mean(returns['Brax']):.1f} (min {min(returns['Brax']):.1f})"
     )
     if args.out is not None:
         args.out.write_text(json.dumps(summary, indent=2, default=float))

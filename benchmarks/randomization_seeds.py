@@ -62,6 +62,7 @@ except ImportError:
         ".venv-robot/bin/python"
     ) from None
 
+from _harness import block, greedy_return, seed_of
 from randomization import QUICK, SETTINGS, TASK, BraxPolicy, randomize
 
 import eqxrl
@@ -70,6 +71,11 @@ from eqxrl.envs import TimeLimit, brax_randomization, from_brax
 ARMS = ("brax", "eqxrl", "eqxrl-statistics-after")
 SOLVED = 990.0
 HIDDEN = (64, 64)
+NETWORKS = functools.partial(
+    ppo_networks.make_ppo_networks,
+    policy_hidden_layer_sizes=HIDDEN,
+    value_hidden_layer_sizes=HIDDEN,
+)
 
 
 def brax_training(env: Any, settings: dict) -> Any:
@@ -90,11 +96,6 @@ def brax_training(env: Any, settings: dict) -> Any:
     training_steps_per_epoch = math.ceil(
         s["num_timesteps"] / (epochs * steps_per_training_step)
     )
-    network_factory = functools.partial(
-        ppo_networks.make_ppo_networks,
-        policy_hidden_layer_sizes=HIDDEN,
-        value_hidden_layer_sizes=HIDDEN,
-    )
 
     def environment(key_env):
         # Brax draws one randomization per environment from `key_env`.
@@ -108,7 +109,7 @@ def brax_training(env: Any, settings: dict) -> Any:
         )
 
     observation_size = env.observation_size
-    network = network_factory(
+    network = NETWORKS(
         observation_size,
         env.action_size,
         preprocess_observations_fn=running_statistics.normalize,
@@ -225,29 +226,11 @@ def brax_training(env: Any, settings: dict) -> Any:
 def eqxrl_training(env: Any, settings: dict, statistics_first: bool) -> Any:
     """eqxrl's translation with `(64, 64)` networks: the `PPO`, its statistics
     updated before the epochs (`statistics_first`) or after them."""
-    brax_settings = {
-        **settings,
-        "network_factory": functools.partial(
-            ppo_networks.make_ppo_networks,
-            policy_hidden_layer_sizes=HIDDEN,
-            value_hidden_layer_sizes=HIDDEN,
-        ),
-    }
     ppo = eqxrl.PPO.from_brax_hyperparameters(
-        from_brax(env), randomization_fn=randomize, **brax_settings
+        from_brax(env), randomization_fn=randomize, network_factory=NETWORKS, **settings
     )
     ppo = dataclasses.replace(ppo, update_observation_statistics_first=statistics_first)
     return ppo
-
-
-def held_out_returns(policies: list, eval_env: Any, seeds: list, episodes: int) -> list:
-    returns = []
-    for policy, seed in zip(policies, seeds):
-        result = eqxrl.training.evaluate(
-            policy, eval_env, jr.key(10_000 + seed), num_episodes=episodes
-        )
-        returns.append(float(np.mean(result.returns)))
-    return returns
 
 
 def main() -> None:
@@ -308,25 +291,24 @@ def main() -> None:
         for arm in args.arms:
             start = time.perf_counter()
             if arm == "brax":
-                params = jax.block_until_ready(programs[arm](jnp.asarray(seeds)))
+                params = block(programs[arm](jnp.asarray(seeds)))
                 policies = [
-                    BraxPolicy(
-                        jax.tree.map(lambda x, i=i: x[i], params), brax_make_policy
-                    )
+                    BraxPolicy(seed_of(params, i), brax_make_policy)
                     for i in range(len(seeds))
                 ]
             else:
                 ppo = programs[arm]
                 keys = jax.vmap(jr.key)(jnp.asarray(seeds))  # randomization.py's
-                states, _ = jax.block_until_ready(eqx.filter_vmap(ppo.train)(keys))
+                states, _ = block(eqx.filter_vmap(ppo.train)(keys))
                 policies = [
-                    ppo.policy(
-                        jax.tree.map(lambda x, i=i: x[i], states), deterministic=True
-                    )
+                    ppo.policy(seed_of(states, i), deterministic=True)
                     for i in range(len(seeds))
                 ]
             trained = time.perf_counter() - start
-            returns = held_out_returns(policies, eval_env, seeds, episodes)
+            returns = [
+                greedy_return(policy, eval_env, seed, episodes)
+                for policy, seed in zip(policies, seeds)
+            ]
             evaluated = time.perf_counter() - start - trained
             summary["returns"][arm].update(dict(zip(map(str, seeds), returns)))
             solved = sum(r >= SOLVED for r in returns)

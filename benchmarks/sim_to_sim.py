@@ -30,12 +30,9 @@ Needs MuJoCo Playground, the `mujoco` package and the `export` extra: the
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +59,8 @@ PPO_SETTINGS = dict(
     normalize_observations=True,
     normalize_rewards=True,
 )
+PACKAGES = ("jax", "eqxrl", "mujoco", "mujoco-mjx", "playground", "onnxruntime")
+PACKAGES += ("jax2onnx", "brax")
 SMOKE_SETTINGS = dict(num_envs=8, num_steps=16, num_epochs=1, num_minibatches=2)
 
 
@@ -213,32 +212,11 @@ def check_port(brax_env, num_steps: int, seed: int) -> dict:
     }
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _versions() -> dict:
-    names = ["jax", "eqxrl", "mujoco", "mujoco-mjx", "playground", "onnxruntime"]
-    names += ["jax2onnx", "brax"]
-    versions = {"python": platform.python_version()}
-    for name in names:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
 def run(options: argparse.Namespace) -> dict:
-    import jax
+    # Imported here, as JAX (which the harness imports): never in the replay.
     import jax.random as jr
     import mujoco
+    from _harness import child_json, compile_timed, cpu_name, timed, versions
     from mujoco_playground import registry
 
     import eqxrl
@@ -254,12 +232,8 @@ def run(options: argparse.Namespace) -> dict:
     settings = dict(PPO_SETTINGS, **(SMOKE_SETTINGS if options.smoke else {}))
     env = eqxrl.envs.TimeLimit(eqxrl.envs.from_brax(brax_env), EPISODE_LENGTH)
     ppo = eqxrl.PPO(env=env, total_timesteps=options.timesteps, **settings)
-    start = time.perf_counter()
-    train = ppo.lower(jr.key(options.seed)).compile()
-    compile_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    state, _ = jax.block_until_ready(train(ppo, jr.key(options.seed), True))
-    train_seconds = time.perf_counter() - start
+    train, compile_seconds = compile_timed(ppo, jr.key(options.seed))
+    train_seconds, (state, _) = timed(train, ppo, jr.key(options.seed), True)
     steps = ppo.num_iterations * ppo.steps_per_iteration
     print(
         f"trained {steps:,} steps in {train_seconds:.1f} s "
@@ -289,15 +263,7 @@ def run(options: argparse.Namespace) -> dict:
             }
         )
     )
-    done = subprocess.run(
-        [sys.executable, __file__, "--replay", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the replay failed:\n{done.stderr}")
-    host = json.loads(done.stdout.strip().splitlines()[-1])
+    host = child_json([__file__, "--replay", str(out)], timeout=600)
     host_returns = np.asarray(host["returns"])
 
     training_mean = float(training_returns.mean())
@@ -332,8 +298,8 @@ def run(options: argparse.Namespace) -> dict:
         },
         "ratio": ratio,
         "within_bar": bool(abs(ratio - 1) <= BAR),
-        "cpu": _cpu_name(),
-        "versions": _versions(),
+        "cpu": cpu_name(),
+        "versions": versions(*PACKAGES),
         "out": str(out),
     }
     (out / "sim_to_sim.json").write_text(json.dumps(result, indent=1))
