@@ -51,12 +51,13 @@ def timed(function: Callable, *args: Any) -> tuple[float, Any]:
 
 
 def compile_timed(
-    function: Any, *args: Any, compiler_options: dict | None = None
+    function: Any, *args: Any, compiler_options: dict | None = None, **kwargs: Any
 ) -> tuple[Any, float]:
-    """`(compiled, seconds)`: `function.lower(*args).compile()` (a `jax.jit`, an
-    `eqx.filter_jit` or an algorithm's `lower`), tracing and XLA's compile timed."""
+    """`(compiled, seconds)`: `function.lower(*args, **kwargs).compile()` (a
+    `jax.jit`, an `eqx.filter_jit` or an algorithm's `lower`), tracing and XLA's
+    compile timed."""
     start = time.perf_counter()
-    lowered = function.lower(*args)
+    lowered = function.lower(*args, **kwargs)
     compiled = (
         lowered.compile(compiler_options) if compiler_options else lowered.compile()
     )

@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _harness import child_json, cpu_name, timed
+
 REPOSITORY = Path(__file__).resolve().parent.parent
 WORKLOADS = ("ppo-contract", "ppo-wide", "dqn", "snake")
 DROP = 0.03
@@ -45,17 +47,8 @@ DROP = 0.03
 
 def _timed(run, repeats: int) -> tuple[float, float]:
     """(compile-and-first-run seconds, best seconds of `repeats` timed runs)."""
-    import jax
-
-    start = time.perf_counter()
-    jax.block_until_ready(run(0))
-    first = time.perf_counter() - start
-    best = float("inf")
-    for seed in range(1, repeats + 1):
-        start = time.perf_counter()
-        jax.block_until_ready(run(seed))
-        best = min(best, time.perf_counter() - start)
-    return first, best
+    first, _ = timed(run, 0)
+    return first, min(timed(run, seed)[0] for seed in range(1, repeats + 1))
 
 
 def _measure(workload: str, repeats: int, quick: bool) -> dict[str, float]:
@@ -154,7 +147,6 @@ def _export_source(commit: str, folder: Path) -> Path:
 def _run_side(source: Path, workloads: list[str], repeats: int, quick: bool) -> dict:
     environment = dict(os.environ, PYTHONPATH=str(source))
     command = [
-        sys.executable,
         __file__,
         "--worker",
         "--repeats",
@@ -163,18 +155,7 @@ def _run_side(source: Path, workloads: list[str], repeats: int, quick: bool) -> 
         *workloads,
         *(["--quick"] if quick else []),
     ]
-    completed = subprocess.run(
-        command, env=environment, capture_output=True, text=True, check=False
-    )
-    lines = [
-        line for line in completed.stdout.splitlines() if line.startswith("RESULT ")
-    ]
-    if completed.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"bench-check worker on {source} failed ({completed.returncode}):\n"
-            f"{completed.stderr[-4000:]}"
-        )
-    result = json.loads(lines[-1].removeprefix("RESULT "))
+    result = child_json(command, environment, prefix="RESULT ")
     if not result["eqxrl"].startswith(str(source)):
         raise RuntimeError(f"the worker imported {result['eqxrl']}, not {source}")
     return result
@@ -200,7 +181,7 @@ def main() -> None:
     base = _git("rev-parse", args.base or _default_base())
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src"))
     head = _git("rev-parse", "--short", "HEAD")
-    cpu = _cpu_name()
+    cpu = cpu_name()
     print(
         f"bench-check: tree ({head}{' + uncommitted changes' if dirty else ''}) vs "
         f"base {base[:7]}, {args.pairs} pairs, best of {args.repeats} runs per "
@@ -256,18 +237,6 @@ def main() -> None:
         )
     else:
         print(f"\nNo workload slower by more than {DROP:.0%} (median of the pairs).")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

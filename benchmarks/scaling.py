@@ -25,26 +25,24 @@ simulated CPU devices (`--xla_force_host_platform_device_count`):
 """
 
 import argparse
+import functools
 import json
 import math
 import os
+import re
 import statistics
-import subprocess
-import sys
-import time
+
+import equinox as eqx
+import jax
+from _harness import Program, alternate, child_json, compile_timed, timed
+
+import eqxrl
 
 PARTS = ("overhead", "seeds", "memory", "model")
 
 
 def child(part: str, options: dict) -> None:
     """Runs in a subprocess whose device count is already set."""
-    import equinox as eqx
-    import jax
-
-    import eqxrl
-
-    def block(tree):
-        jax.block_until_ready(eqx.filter(tree, eqx.is_array))
 
     def cartpole_ppo(num_envs, total_timesteps):
         return eqxrl.PPO(
@@ -54,13 +52,14 @@ def child(part: str, options: dict) -> None:
             total_timesteps=total_timesteps,
         )
 
+    def alternated(programs: dict, warmup=None) -> dict:
+        """Each program's seconds per round, alternating (compiled already)."""
+        return alternate(programs, options["pairs"], warmup=warmup, unit=None).seconds
+
     def compile_sharded(algorithm, mesh):
         """The whole sharded run (initialization included) compiled, not run."""
-
-        def run(key):
-            return algorithm.train(key, mesh=mesh)
-
-        return jax.jit(run).lower(jax.random.key(0)).compile()
+        train = jax.jit(lambda key: algorithm.train(key, mesh=mesh))
+        return compile_timed(train, jax.random.key(0))
 
     result: dict = {"devices": jax.device_count()}
     if part == "overhead":
@@ -69,47 +68,28 @@ def child(part: str, options: dict) -> None:
         key = jax.random.key(0)
         # The programs timed are the ones compiled here (each the whole run,
         # initialization included), so each compiles once.
-        start = time.perf_counter()
-        compiled_plain = ppo.lower(key).compile()
-        result["compile_plain"] = time.perf_counter() - start
-        start = time.perf_counter()
-        compiled_sharded = ppo.lower(key, mesh=mesh).compile()
-        result["compile_sharded"] = time.perf_counter() - start
-
-        def run_plain():
-            block(compiled_plain(ppo, key, True))
-
-        def run_sharded():
-            block(compiled_sharded(ppo, key, True, mesh))
-
-        run_plain()  # warm-up
-        run_sharded()
-        plain, sharded = [], []
-        for _ in range(options["pairs"]):
-            start = time.perf_counter()
-            run_plain()
-            plain.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            run_sharded()
-            sharded.append(time.perf_counter() - start)
-        result.update(plain=plain, sharded=sharded, steps=ppo.total_timesteps)
+        plain, result["compile_plain"] = compile_timed(ppo, key)
+        sharded, result["compile_sharded"] = compile_timed(ppo, key, mesh=mesh)
+        programs = {
+            "plain": Program(lambda seed: timed(plain, ppo, key, True), 1),
+            "sharded": Program(lambda seed: timed(sharded, ppo, key, True, mesh), 1),
+        }
+        result.update(alternated(programs), steps=ppo.total_timesteps)
     elif part == "seeds":
         ppo = cartpole_ppo(options["num_envs"], options["total_timesteps"])
         keys = jax.random.split(jax.random.key(0), options["seeds"])
         mesh = jax.make_mesh((2,), ("seeds",))
-        for name, run_mesh in (("one", None), ("split", mesh)):
-            start = time.perf_counter()
-            block(eqxrl.train_seeds(ppo, keys, mesh=run_mesh))
-            result[f"first_{name}"] = time.perf_counter() - start  # with compiling
-        one, split = [], []
-        for _ in range(options["pairs"]):
-            start = time.perf_counter()
-            block(eqxrl.train_seeds(ppo, keys))
-            one.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            block(eqxrl.train_seeds(ppo, keys, mesh=mesh))
-            split.append(time.perf_counter() - start)
-        result.update(one=one, split=split, steps=ppo.total_timesteps * len(keys))
+        train_seeds = functools.partial(eqxrl.train_seeds, ppo)
+        programs = {
+            name: Program(
+                lambda seed, m=m: timed(functools.partial(train_seeds, mesh=m), keys), 1
+            )
+            for name, m in (("one", None), ("split", mesh))
+        }
+        for name, program in programs.items():  # with compiling
+            result[f"first_{name}"] = program.run(0)[0]
+        steps = ppo.total_timesteps * len(keys)
+        result.update(alternated(programs, warmup=()), steps=steps)
     elif part == "memory":
         num_envs, num_steps = options["snake_envs"], options["snake_steps"]
         ppo = eqxrl.PPO(
@@ -122,9 +102,7 @@ def child(part: str, options: dict) -> None:
         rows = []
         for devices in (1, 2, 4, 8):
             mesh = jax.make_mesh((devices,), ("envs",), devices=jax.devices()[:devices])
-            start = time.perf_counter()
-            compiled = compile_sharded(ppo, mesh)
-            seconds = time.perf_counter() - start
+            compiled, seconds = compile_sharded(ppo, mesh)
             memory = compiled.memory_analysis()
             rows.append(
                 {
@@ -166,7 +144,7 @@ def child(part: str, options: dict) -> None:
                 if isinstance(leaf, jax.ShapeDtypeStruct)
             )
             mesh = jax.make_mesh((8,), ("envs",))
-            text = compile_sharded(algorithm, mesh).as_text()
+            text = compile_sharded(algorithm, mesh)[0].as_text()
             collectives = {"all-reduce": [0, 0], "all-gather": [0, 0]}
             for line in text.splitlines():
                 for op, totals in collectives.items():
@@ -192,8 +170,6 @@ DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2}
 
 def collective_bytes(result_type: str) -> int:
     """Bytes of a collective's result, from its HLO type (e.g. `(f32[4], s32[])`)."""
-    import re
-
     total = 0
     for dtype, dims in re.findall(r"([a-z]+\d*)\[([\d,]*)\]", result_type):
         size = math.prod(int(d) for d in dims.split(",") if d)
@@ -215,15 +191,7 @@ def run_part(part: str, devices: int, options: dict) -> dict:
             [*inherited, f"--xla_force_host_platform_device_count={devices}"]
         ),
     }
-    output = subprocess.run(
-        [sys.executable, __file__, "--child", part, json.dumps(options)],
-        capture_output=True,
-        text=True,
-        env=environment,
-    )
-    if output.returncode != 0:
-        raise SystemExit(f"part {part} failed:\n{output.stderr[-3000:]}")
-    return json.loads(output.stdout.splitlines()[-1])
+    return child_json([__file__, "--child", part, json.dumps(options)], environment)
 
 
 def ratios(ours: list[float], base: list[float]) -> tuple[float, float]:

@@ -24,14 +24,12 @@ import argparse
 import json
 import math
 import resource
-import subprocess
-import sys
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from _harness import child_json, compile_timed, timed
 
 import eqxrl
 
@@ -99,18 +97,14 @@ def analyse(args, dtype) -> dict:
         ppo, state = eqx.combine(dynamic, static)
         return eqx.filter(ppo.train_iteration(state), eqx.is_array)
 
-    start = time.perf_counter()
-    compiled = jax.jit(iteration).lower(dynamic).compile()
-    compile_seconds = time.perf_counter() - start
+    compiled, compile_seconds = compile_timed(jax.jit(iteration), dynamic)
     result = {
         "transition_bytes": transition_bytes,
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
         "compile_seconds": compile_seconds,
     }
     if args.run:
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(dynamic))
-        result["run_seconds"] = time.perf_counter() - start
+        result["run_seconds"], _ = timed(compiled, dynamic)
         result["peak_rss_bytes"] = (
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         )
@@ -140,7 +134,7 @@ def main() -> None:
         itemsize = jnp.dtype(name).itemsize
         observation = args.size * args.size * 3 * itemsize
         formula = steps * (observation + PER_STEP_SCALARS + PER_STEP_UPDATE)
-        command = [sys.argv[0], "--child", name] + [
+        command = [__file__, "--child", name] + [
             f"--size={args.size}",
             f"--num-envs={args.num_envs}",
             f"--num-steps={args.num_steps}",
@@ -148,10 +142,7 @@ def main() -> None:
         ]
         if args.run:
             command.append("--run")
-        output = subprocess.run(
-            [sys.executable, *command], capture_output=True, text=True, check=True
-        ).stdout
-        result = json.loads(output.strip().splitlines()[-1])
+        result = child_json(command)
         line = (
             f"{name:>7}: formula {steps:,} x ({observation} + {PER_STEP_SCALARS} + "
             f"{PER_STEP_UPDATE}) B = {formula / 2**20:7.1f} MiB | stacked "
