@@ -587,46 +587,20 @@ def row_pqn_headline(sizes: dict, options) -> list[dict]:
 
     env = eqxrl.envs.make("CartPole-v1")
     steps = sizes["pqn_headline_steps"]
-    algorithms = {
-        "PQN": eqxrl.PQN(env=env, total_timesteps=steps),
-        "DQN": eqxrl.DQN(env=env, total_timesteps=steps),
-    }
-    if sizes["smoke"]:
+    algorithms = {"PQN": eqxrl.PQN(env=env, total_timesteps=steps)}
+    if not sizes["smoke"]:
         # DQN at its defaults compiles for minutes under the test suite's
         # --xla_cpu_use_fusion_emitters=false; both share time_to_greedy.
-        del algorithms["DQN"]
-    times: dict[str, list] = {name: [] for name in algorithms}
-    for seed in range(options.headline_seeds):
-        for name, algorithm in algorithms.items():
-            if time_left(options) is not None and time_left(options) < 30:
-                break
-            seconds, reached_steps, best = pqn.time_to_greedy(algorithm, seed)
-            times[name].append(
-                {"seed": seed, "seconds": seconds, "steps": reached_steps, "best": best}
-            )
-            print(f"  seed {seed} {name}: {times[name][-1]}", flush=True)
-    medians = {
-        name: statistics.median(reached)
-        if (reached := [t["seconds"] for t in runs if t["seconds"] is not None])
-        else None
-        for name, runs in times.items()
-    }
-    ratio = (
-        medians["DQN"] / medians["PQN"]
-        if medians.get("DQN") is not None and medians["PQN"]
-        else None
-    )
+        algorithms["DQN"] = eqxrl.DQN(env=env, total_timesteps=steps)
+    stop = lambda: time_left(options) is not None and time_left(options) < 30  # noqa: E731
+    times = pqn.headline_times(algorithms, options.headline_seeds, stop)
+    medians, ratio = pqn.median_seconds(times)
+    label = f"seconds to a greedy {pqn.GREEDY_BAR:.0f} on CartPole-v1, defaults, "
     return [
-        {
-            "row": "pqn_headline",
-            "program": f"seconds to a greedy {pqn.GREEDY_BAR:.0f} on CartPole-v1, "
-            f"defaults, up to {steps:,} steps",
-            "skipped": None,
-            "runs": times,
-            "median_seconds": medians,
-            "dqn_over_pqn": ratio,
-        }
-    ]
+        {"row": "pqn_headline", "program": f"{label}up to {steps:,} steps",
+         "skipped": None, "runs": times, "median_seconds": medians,
+         "dqn_over_pqn": ratio}
+    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------
@@ -634,33 +608,18 @@ def row_pqn_headline(sizes: dict, options) -> list[dict]:
 
 
 def row_memory(results: list[dict]) -> list[dict]:
-    device = jax.devices()[0]
     stats = {}
     with contextlib.suppress(Exception):
-        stats = device.memory_stats() or {}
-    limit = stats.get("bytes_limit")
-    rows = []
-    for result in results:
-        memory = result.get("eqxrl_memory")
-        if memory:
-            rows.append(
-                {
-                    "row": "memory",
-                    "program": result["program"],
-                    "unit": "bytes",
-                    "device_bytes_limit": limit,
-                    **{f"{k}_bytes": v for k, v in memory.items()},
-                }
-            )
-    if not rows:
-        rows.append(
-            {
-                "row": "memory",
-                "program": "all",
-                "skipped": "memory_analysis() gave nothing on this backend",
-            }
-        )
-    return rows
+        stats = jax.devices()[0].memory_stats() or {}
+    rows = [
+        {"row": "memory", "program": result["program"], "unit": "bytes",
+         "device_bytes_limit": stats.get("bytes_limit"),
+         **{f"{k}_bytes": v for k, v in result["eqxrl_memory"].items()}}
+        for result in results
+        if result.get("eqxrl_memory")
+    ]  # fmt: skip
+    why = "memory_analysis() gave nothing on this backend"
+    return rows or [{"row": "memory", "program": "all", "skipped": why}]
 
 
 # --------------------------------------------------------------------------------------
@@ -705,46 +664,41 @@ def row_tricks(sizes: dict, options) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
+    size = "smoke sizes" if report["smoke"] else "full sizes"
     lines = [
-        f"Device: {report['device']}; jax {report['jax']}; "
-        f"{'smoke sizes' if report['smoke'] else 'full sizes'}; {report['date']}.",
+        f"Device: {report['device']}; jax {report['jax']}; {size}; {report['date']}.",
         "",
         "| row | program | eqxrl /s | peer | peer /s | median ratio | best ratio "
         "| compile eqxrl / peer (s) | eqxrl memory (MiB) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for result in report["results"]:
-        if result["row"] in ("memory", "profile", "pqn_headline"):
+    for r in report["results"]:
+        if r["row"] in ("memory", "profile", "pqn_headline"):
             continue
-        if "error" in result:
-            lines.append(f"| {result['row']} | failed: {result['error']} |||||||")
-            continue
-        if "eqxrl_per_s" not in result:
+        if "error" in r:
+            lines.append(f"| {r['row']} | failed: {r['error']} |||||||")
+        elif "eqxrl_per_s" not in r:
             lines.append(
-                f"| {result['row']} | {result['program']} | | "
-                f"{result.get('peer', '')} | skipped: {result['skipped']} ||||"
+                f"| {r['row']} | {r['program']} | | {r.get('peer', '')} | skipped: "
+                f"{r['skipped']} ||||"
             )
-            continue
-        peer_rate = result.get("peer_per_s")
-        memory = result.get("eqxrl_memory") or {}
-        lines.append(
-            "| {row} | {program} | {ours:,.0f} {unit} | {peer} | {peer_rate} | "
-            "{median} | {best} | {compile} | {memory} |".format(
-                row=result["row"],
-                program=result["program"],
-                ours=result["eqxrl_per_s"],
-                unit=result["unit"],
-                peer=result["peer"],
-                peer_rate=f"{peer_rate:,.0f}"
-                if peer_rate
-                else f"skipped: {result['skipped']}",
-                median=f"{result['ratio_median']:.2f}x" if peer_rate else "",
-                best=f"{result['ratio_best']:.2f}x" if peer_rate else "",
-                compile=f"{result['eqxrl_compile_s']:.1f} / "
-                + (f"{result['peer_compile_s']:.1f}" if peer_rate else "-"),
-                memory=f"{memory['total'] / 2**20:,.1f}" if memory else "",
+        else:
+            peer = r.get("peer_per_s")
+            memory = r.get("eqxrl_memory")
+            cells = (
+                [f"{peer:,.0f}", f"{r['ratio_median']:.2f}x", f"{r['ratio_best']:.2f}x"]
+                if peer
+                else [f"skipped: {r['skipped']}", "", ""]
             )
-        )
+            cells.append(
+                f"{r['eqxrl_compile_s']:.1f} / "
+                + (f"{r['peer_compile_s']:.1f}" if peer else "-")
+            )
+            cells.append(f"{memory['total'] / 2**20:,.1f}" if memory else "")
+            lines.append(
+                f"| {r['row']} | {r['program']} | {r['eqxrl_per_s']:,.0f} {r['unit']} "
+                f"| {r['peer']} | " + " | ".join(cells) + " |"
+            )
     profiles = [r for r in report["results"] if "profiles" in r]
     if profiles:
         lines += [
@@ -753,28 +707,26 @@ def markdown(report: dict) -> str:
             "depth |",
             "|---|---|---|---|---|---|---|",
         ]
-        for result in profiles:
-            for side, profile in result["profiles"].items():
-                depths = ", ".join(
-                    f"{depth}: {seconds:.3f}"
-                    for depth, seconds in profile["kernel_s_by_loop_depth"].items()
-                )
-                lines.append(
-                    f"| {result['program']} | {side} | {profile['wall_s']:.3f} | "
-                    f"{profile['kernel_s']:.3f} | "
-                    f"{profile['device_busy_fraction']:.0%} | {profile['kernels']:,} "
-                    f"| {depths} |"
-                )
-    for result in report["results"]:
-        if result["row"] == "pqn_headline" and "median_seconds" in result:
+    for r in profiles:
+        for side, p in r["profiles"].items():
+            depths = ", ".join(
+                f"{depth}: {seconds:.3f}"
+                for depth, seconds in p["kernel_s_by_loop_depth"].items()
+            )
+            lines.append(
+                f"| {r['program']} | {side} | {p['wall_s']:.3f} | {p['kernel_s']:.3f} "
+                f"| {p['device_busy_fraction']:.0%} | {p['kernels']:,} | {depths} |"
+            )
+    for r in report["results"]:
+        if r["row"] == "pqn_headline" and "median_seconds" in r:
             medians = ", ".join(
                 f"{name} {seconds:.2f} s" if seconds is not None else f"{name} -"
-                for name, seconds in result["median_seconds"].items()
+                for name, seconds in r["median_seconds"].items()
             )
-            ratio = result["dqn_over_pqn"]
+            ratio = r["dqn_over_pqn"]
             lines += [
                 "",
-                f"pqn_headline: {result['program']}: median {medians}"
+                f"pqn_headline: {r['program']}: median {medians}"
                 + (f"; DQN / PQN {ratio:.1f}x" if ratio else ""),
             ]
     memory_rows = [r for r in report["results"] if r["row"] == "memory"]
@@ -785,20 +737,14 @@ def markdown(report: dict) -> str:
             "(MiB) |",
             "|---|---|---|---|---|---|",
         ]
-        for result in memory_rows:
-            if "total_bytes" not in result:
-                reason = result.get("skipped") or result.get("error")
-                lines.append(f"| {result.get('program', 'all')} | {reason} |||||")
-                continue
-            cells = [
-                result[f"{k}_bytes"] / 2**20
-                for k in ("argument", "output", "temp", "generated_code", "total")
-            ]
-            lines.append(
-                f"| {result['program']} | "
-                + " | ".join(f"{c:,.1f}" for c in cells)
-                + " |"
-            )
+    for r in memory_rows:
+        if "total_bytes" not in r:
+            reason = r.get("skipped") or r.get("error")
+            lines.append(f"| {r.get('program', 'all')} | {reason} |||||")
+            continue
+        kinds = ("argument", "output", "temp", "generated_code", "total")
+        cells = " | ".join(f"{r[f'{k}_bytes'] / 2**20:,.1f}" for k in kinds)
+        lines.append(f"| {r['program']} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -878,19 +824,19 @@ def main(argv: list[str] | None = None) -> dict:
     options.deadline = None
     if options.budget_s is not None:
         options.deadline = started + options.budget_s
-    for row in options.rows:
+    for name in options.rows:
         start = time.perf_counter()
         try:
             if options.budget_s is not None and start - started > options.budget_s:
                 why = f"the run's time budget ({options.budget_s:.0f} s) was spent"
-                results = [{"row": row, "program": "all", "skipped": why}]
-            elif row == "memory":
+                results = [{"row": name, "program": "all", "skipped": why}]
+            elif name == "memory":
                 results = row_memory(report["results"])
             else:
-                results = builders[row](sizes, options)
+                results = builders[name](sizes, options)
         except Exception as error:  # noqa: BLE001 - record it, go on to the next row
             traceback.print_exc()
-            results = [{"row": row, "error": f"{type(error).__name__}: {error}"}]
+            results = [{"row": name, "error": f"{type(error).__name__}: {error}"}]
         for result in results:
             result["row_seconds"] = time.perf_counter() - start
             print(json.dumps(result, default=str), flush=True)

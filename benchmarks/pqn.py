@@ -167,6 +167,38 @@ def time_to_greedy(algorithm, seed: int) -> tuple[float | None, int, float]:
     return None, algorithm.num_iterations * algorithm.steps_per_iteration, best
 
 
+def headline_times(algorithms: dict, seeds: int, stop=lambda: False) -> dict:
+    """Each seed's `time_to_greedy` per algorithm, alternating within a seed (until
+    `stop()`)."""
+    times: dict[str, list] = {name: [] for name in algorithms}
+    for seed in range(seeds):
+        for name, algorithm in algorithms.items():
+            if stop():
+                return times
+            seconds, steps, best = time_to_greedy(algorithm, seed)
+            times[name].append(dict(seed=seed, seconds=seconds, steps=steps, best=best))
+            reached = (
+                f"{seconds:.1f} s ({steps:,} steps)"
+                if seconds is not None
+                else f"not reached in {steps:,} steps (best {best:.0f})"
+            )
+            print(f"  seed {seed} {name}: {reached}", flush=True)
+    return times
+
+
+def median_seconds(times: dict) -> tuple[dict, float | None]:
+    """Each algorithm's median over the seeds that reached the bar (`None`: none
+    did), and DQN's over PQN's."""
+    medians = {}
+    for name, runs in times.items():
+        reached = [run["seconds"] for run in runs if run["seconds"] is not None]
+        medians[name] = statistics.median(reached) if reached else None
+    ratio = None
+    if medians.get("DQN") is not None and medians.get("PQN"):
+        ratio = medians["DQN"] / medians["PQN"]
+    return medians, ratio
+
+
 def headline(options) -> None:
     env = eqxrl.envs.make("CartPole-v1")
     makers = {"PQN": eqxrl.PQN, "DQN": eqxrl.DQN}
@@ -178,28 +210,14 @@ def headline(options) -> None:
         f"\nWall time to a greedy {GREEDY_BAR:.0f} on CartPole-v1 (defaults, up to "
         f"{options.headline_steps:,} steps, {options.seeds} seed(s) alternating)"
     )
-    times = {name: [] for name in algorithms}
-    for seed in range(options.seeds):
-        for name, algorithm in algorithms.items():
-            seconds, steps, best = time_to_greedy(algorithm, seed)
-            times[name].append(seconds)
-            reached = (
-                f"{seconds:.1f} s ({steps:,} steps)"
-                if seconds is not None
-                else f"not reached in {steps:,} steps (best {best:.0f})"
-            )
-            print(f"  seed {seed} {name}: {reached}", flush=True)
-    for name, values in times.items():
-        reached = [v for v in values if v is not None]
-        median = statistics.median(reached) if reached else float("nan")
-        print(
-            f"  {name}: reached on {len(reached)} of {len(values)} seeds, median "
-            f"{median:.1f} s"
-        )
-    pqn = [v for v in times.get("PQN", []) if v is not None]
-    dqn = [v for v in times.get("DQN", []) if v is not None]
-    if pqn and dqn:
-        ratio = statistics.median(dqn) / statistics.median(pqn)
+    times = headline_times(algorithms, options.seeds)
+    medians, ratio = median_seconds(times)
+    for name, runs in times.items():
+        reached = sum(run["seconds"] is not None for run in runs)
+        median = medians[name] if medians[name] is not None else float("nan")
+        print(f"  {name}: reached on {reached} of {len(runs)} seeds, ", end="")
+        print(f"median {median:.1f} s")
+    if ratio is not None:
         print(f"  DQN / PQN median time: {ratio:.1f}x")
 
 
