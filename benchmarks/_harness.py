@@ -248,16 +248,6 @@ def print_comparison(
     return summaries
 
 
-def print_rates(label: str, seconds: list[float], work: float, compile_s: float):
-    """One program timed alone: the median and best rate of its runs."""
-    rates = [work / s for s in seconds]
-    print(
-        f"  {label}: compile {compile_s:.1f} s, {statistics.median(rates):,.0f} "
-        f"steps/s (median of {len(rates)}, best {max(rates):,.0f})",
-        flush=True,
-    )
-
-
 # --------------------------------------------------------------------------------------
 # Learning runs and final returns
 

@@ -1,61 +1,26 @@
 """eqxrl's PPO and SAC against Brax's own trainers, on Brax environments, side by side.
 
-For each Brax environment (`--envs`, default `inverted_pendulum`,
-`inverted_double_pendulum`, `hopper`) and algorithm (`--algos`, default `ppo sac`):
+For each Brax environment (`--envs`: `inverted_pendulum`, `inverted_double_pendulum`,
+`hopper`) and algorithm (`--algos ppo sac`), both train on the same Brax
+environment (eqxrl through `from_brax`), backend `--backend` (default `spring`,
+Brax's fastest), for the same number of steps: Brax's `ppo.train` / `sac.train`
+with its published hyperparameters (`SETTINGS`) at a small budget (`BUDGETS`), and
+`eqxrl.PPO.from_brax_hyperparameters` / `eqxrl.SAC.from_brax_hyperparameters` with
+the same. Runs alternate for `--pairs` rounds (round `i`: seed `i` on both sides).
 
-- Brax: `brax.training.agents.ppo.train` / `brax.training.agents.sac.train` with
-  Brax's hyperparameters (table `SETTINGS` below) at a small budget (`BUDGETS`:
-  `num_timesteps` and `num_evals`), `deterministic_eval=True`;
-- eqxrl: `eqxrl.PPO.from_brax_hyperparameters(from_brax(env), **the same)` and
-  `eqxrl.SAC.from_brax_hyperparameters(...)` (the Brax-to-eqxrl tables of
-  `docs/continuous-control.md`).
+Timing: eqxrl's whole run is compiled once (its time: initialization and every
+iteration); Brax compiles inside `train` at every call, so its rate is read from
+its third epoch on and its compile time estimated (the harness's
+`brax_epochs_rate`; every budget has `num_evals >= 4`). Final returns: each run's
+deterministic policy over `--eval-episodes` episodes (Brax's evaluator,
+`eqxrl.training.evaluate`), mean and spread over the rounds. What does not
+translate is printed with the results (GAE windows; `SAC_GAPS`).
 
-Both train on the same Brax environment object (eqxrl through
-`eqxrl.envs.from_brax`), backend `--backend` (default `spring`: Brax's fastest
-pipeline, the one its trainers' own CPU tests use; its training notebook orders the
-pipelines `generalized`, `positional`, `spring` by increasing speed), for the same
-number of environment steps. The runs alternate (eqxrl, Brax, then Brax, eqxrl) for
-`--pairs` rounds in one process (round `i` uses seed `i` on both sides); each round
-gives a speed ratio eqxrl/Brax (> 1: eqxrl faster), and the table reports the median
-and best round ratio.
-
-Timing, compile time apart:
-
-- eqxrl: `algorithm.lower(key).compile()` once (`_harness.lowered_program`), then each
-  run is one call of the compiled program (the whole run: initialization and every
-  iteration, so eqxrl's time includes what Brax's leaves out: network
-  initialization and environment resets); steps/s = environment steps / that
-  call's time. With `--warmup 1` (default) one untimed run comes first.
-- Brax: its trainers compile inside `train` at every call (each call builds new
-  functions) and report `training/walltime` to `progress_fn` after each of their
-  `num_evals - 1` epochs, evaluation excluded. The first epochs include the
-  compiles (PPO's training epoch compiles twice: at its first call and again at
-  its second, on the donated outputs; SAC's once, with its replay prefill), so
-  steps/s = the environment steps of epochs 3.. / their time, and Brax's compile
-  time is estimated as the time of epochs 1-2 minus their training steps at that
-  rate (for SAC the time includes the prefill's compile and run).
-  Every budget has `num_evals >= 4` (three epochs or more).
-
-Final returns: each run's final policy, deterministic (the tanh of the mean), over
-`--eval-episodes` episodes of `episode_length` steps: Brax's own evaluator
-(`eval/episode_reward` of its last evaluation, `num_eval_envs` episodes) and
-`eqxrl.training.evaluate` on the eqxrl side; the table shows the mean and standard
-deviation over the rounds (one seed per round).
-
-What does not translate (printed with the results): Brax's PPO computes GAE per
-`unroll_length` window with the current value network in every minibatch and masks
-truncated steps, eqxrl's over the whole rollout with the pre-update values,
-bootstrapping through truncation; for SAC see `SAC_GAPS` below.
-
-Brax's trainers call `jax.device_put_replicated`, which jax 0.10 removed: on a newer
-jax, `provide_device_put_replicated()` (from `_harness.py`, importable from here too)
-supplies it (Brax's code runs unchanged); the
-CPU figures were measured in the `.venv-brax` venv (jax 0.8.3), where it exists.
-Run from the repository root:
+Brax's trainers call `jax.device_put_replicated`, gone since jax 0.10:
+`provide_device_put_replicated()` (the harness's, importable from here) supplies it.
 
     .venv-brax/bin/python benchmarks/brax_trainers.py --quick    # a smoke run
-    .venv-brax/bin/python benchmarks/brax_trainers.py            # everything (long)
-    .venv-brax/bin/python benchmarks/brax_trainers.py --algos ppo \
+    .venv-brax/bin/python benchmarks/brax_trainers.py --algos ppo \\
         --envs inverted_pendulum --pairs 5
 """
 

@@ -1,23 +1,14 @@
 """Environment throughput of eqxrl's CartPole-v1 with random actions.
 
-Measures `AutoReset(eqxrl.envs.make("CartPole-v1"))` stepped with uniformly random
-actions: `jax.vmap` over N environments inside a `jax.lax.scan` of S steps, compiled
-as one program; the rollout sums rewards and observations, so that XLA cannot drop
-the observation work. For each N it prints the compile time (trace + XLA compile, timed
-with ahead-of-time `.lower(...).compile()`) and the environment steps per second of
-the compiled program (N * S / wall time, compile excluded, best and median over
-`--repeats` calls with different keys, after one untimed warm-up call). S is
-`--steps`, raised for small N so that one call makes at least `--min-work`
-environment steps (a 1000-step call at N=1 lasts milliseconds, within the noise).
+`AutoReset(make("CartPole-v1"))` stepped with uniformly random actions, `jax.vmap`
+over N environments in a `lax.scan` of S steps, one compiled program summing
+rewards and observations (so that XLA drops no work). Per N: the compile time and
+environment steps per second (best and median of `--repeats` calls after a
+warm-up). S is `--steps`, raised for small N to make `--min-work` steps per call.
+`compile_eqxrl` gives the program that `peers.py` alternates with gymnax's.
 
-Run (from the repository root, in the dev venv):
-
-    NPROC=8 .venv/bin/python benchmarks/env_throughput.py
-    NPROC=8 .venv/bin/python benchmarks/env_throughput.py --num-envs 1 4096 \
+    NPROC=8 .venv/bin/python benchmarks/env_throughput.py --num-envs 1 4096 \\
         --steps 2000 --repeats 9
-
-`compile_eqxrl(num_envs, steps)` returns the program, which `peers.py` alternates
-with gymnax's.
 """
 
 import argparse
@@ -39,7 +30,8 @@ def scan_length(num_envs: int, steps: int, min_work: int = 100_000) -> int:
     return max(steps, -(-min_work // num_envs))
 
 
-def _eqxrl_rollout(env: eqxrl.envs.AbstractEnvironment, key, num_envs: int, steps: int):
+def random_rollout(env: eqxrl.envs.AbstractEnvironment, key, num_envs: int, steps: int):
+    """`num_envs` x `steps` steps of `env` with random actions of two."""
     reset_key, scan_key = jr.split(key)
     state, _ = jax.vmap(env.reset)(jr.split(reset_key, num_envs))
 
@@ -59,12 +51,12 @@ def _eqxrl_rollout(env: eqxrl.envs.AbstractEnvironment, key, num_envs: int, step
     return state, total
 
 
-def compile_eqxrl(num_envs: int, steps: int) -> Program:
-    """The eqxrl rollout of `num_envs` x `steps` random-action steps, compiled; a
-    run uses `jax.random.key(seed)`."""
-    env = eqxrl.envs.AutoReset(eqxrl.envs.make("CartPole-v1"))
+def compile_eqxrl(num_envs: int, steps: int, env=None) -> Program:
+    """The rollout of `num_envs` x `steps` random-action steps of CartPole-v1 (or
+    `env`), auto-resetting, compiled; a run uses `jax.random.key(seed)`."""
+    env = eqxrl.envs.AutoReset(env or eqxrl.envs.make("CartPole-v1"))
     return compile_program(
-        eqx.filter_jit(_eqxrl_rollout),
+        eqx.filter_jit(random_rollout),
         lambda seed: (env, jr.key(seed), num_envs, steps),
         num_envs * steps,
     )

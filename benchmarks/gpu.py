@@ -1,66 +1,39 @@
 """eqxrl on an accelerator, against its peers: one prepared script.
 
-Every row runs eqxrl and the peer in the same process, alternating (A B, then B A;
-`--pairs` rounds after one untimed warm-up each), compile time apart (ahead-of-time
-`.lower(...).compile()`), and reports environment steps per second (or epochs per
-second), the median and best of the per-round ratios eqxrl/peer (> 1: eqxrl is
-faster):
+Every row alternates eqxrl and its peer in one process (the harness's alternation,
+`--pairs` rounds) and reports environment steps (or epochs) per second and the
+median and best ratio eqxrl/peer (> 1: eqxrl is faster), compile time apart:
 
-1. `ppo_cartpole`: PPO on CartPole-v1 at PureJaxRL's config (4 envs x 128 steps,
-   499,712 steps), one seed; then 2,048 seeds vmapped in one program (PureJaxRL's
-   headline: 2,048 seeds in about 98 s on an A100). Each on the first part of the
-   run (244 and 120 of its 976 iterations): the work per iteration is the same
-   throughout, so the steps/s are the full run's. Peer: PureJaxRL's `ppo.py`
-   (`--purejaxrl FOLDER` holding `ppo.py` and `wrappers.py`, fetched from its
-   repository, not in this one).
-2. `snake`: 12 x 12 Snake, random valid moves, `jax.vmap` over 4,096 and 16,384
-   environments in a `lax.scan`, observations and rewards summed on both sides.
-   Peer: Jumanji's `Snake-v1` with its `AutoResetWrapper`.
-3. `value_based`: DQN and IQN at rejax's CartPole settings (`value_based.py`), the
-   first `--dqn-steps` / `--iqn-steps` steps. Peer: rejax's `DQN` and `IQN`.
-4. `treasure_hunt`: Sorrel's experiment
-   (`eqxrl.multiagent.Independent.from_sorrel`: 2 agents, epochs of 100 turns,
-   one gradient step per agent per epoch), one world and 1,024 worlds, in epochs
-   per second. Peer: Sorrel 1.6.0's own `treasurehunt`
-   (`run_experiment`, no animation or logging), for `--sorrel-epochs` epochs.
-5. `brax`: PPO and SAC on Brax's `inverted_pendulum` (`--brax-backend`, default
-   `spring`) at Brax's settings, `brax_trainers.py`'s comparison (one seed per round,
-   `--brax-pairs` rounds). Brax 0.14.2's trainers call `jax.device_put_replicated`,
-   which jax 0.10 removed: on a newer jax, `brax_trainers.provide_device_put_replicated`
-   supplies it (the same arrays, stacked per device and put with a sharding), which
-   changes none of Brax's code. Skipped where Brax is not installed.
-6. `memory`: what XLA's `memory_analysis()` says each eqxrl program above needs
-   (arguments, outputs, temporaries, code), and the device's memory.
-7. `pqn_headline`: issue 32's headline, the wall time to a greedy 475 on CartPole,
-   PQN against DQN (both at their defaults), `pqn.py`'s `time_to_greedy` for
-   `--headline-seeds` seeds each, alternating.
+1. `ppo_cartpole`: PPO on CartPole-v1 at PureJaxRL's config (4 envs x 128 steps),
+   one seed, then 2,048 seeds vmapped (PureJaxRL's headline: about 98 s on an A100),
+   each over the first 244 / 120 of the 976 iterations (every iteration does the
+   same work). Peer: PureJaxRL's `ppo.py` (`--purejaxrl FOLDER` with `ppo.py` and
+   `wrappers.py`, fetched from its repository, not in this one).
+2. `snake`: 12 x 12 Snake, random valid moves, 4,096 and 16,384 environments
+   vmapped in a `lax.scan`. Peer: Jumanji's `Snake-v1` with its `AutoResetWrapper`.
+3. `value_based`: DQN and IQN at rejax's CartPole settings (`value_based.py`).
+   Peer: rejax's `DQN` and `IQN`.
+4. `treasure_hunt`: Sorrel's experiment (`Independent.from_sorrel`), one world and
+   1,024 worlds, in epochs per second. Peer: Sorrel 1.6.0's `treasurehunt`
+   (`run_experiment`, no animation or logging) for `--sorrel-epochs` epochs.
+5. `brax`: PPO and SAC on Brax's `inverted_pendulum` (`--brax-backend`) at Brax's
+   settings, `brax_trainers.py`'s comparison; on jax >= 0.10 with the harness's
+   `provide_device_put_replicated`. Skipped where Brax is not installed.
+6. `memory`: XLA's `memory_analysis()` of each eqxrl program above.
+7. `pqn_headline`: the wall time to a greedy 475 on CartPole, PQN against DQN at
+   their defaults (`pqn.py`'s `headline_times`), `--headline-seeds` seeds.
 
-Rows 1 and 3 also run each program with XLA:GPU's command buffers extended to loops
-and conditionals (`COMMAND_BUFFERS`: a whole `lax.scan` becomes one CUDA graph, with no
-host round trip per iteration), eqxrl's and the peer's each against the peer as it
-ships (`--no-command-buffers` leaves them out; off the GPU the option changes
-nothing). With `--profile`, row 1 also traces a short run of each side
-(`jax.profiler`) and sums the device's kernel time by loop depth and by operation:
-where an iteration's time goes, side by side; each traced program's optimized HLO is
-written beside the JSON (`hlo_<side>_<seeds>.txt`: on a GPU, which operations each
-`command_buffer`, one CUDA graph, holds).
-
-Then `tricks`: the CPU-tuned speed tricks (`eqxrl.algorithms.cpu_speed_tricks`)
-forced on against off, alternating, for PPO (PureJaxRL's config, and 512
-environments), recurrent PPO (one sequence per minibatch) and Snake: off the CPU
-they are off, and this is their measured gain there.
-
-A row whose peer is not installed runs eqxrl's side alone and says why. A row that
-fails is recorded with its error and the script goes on. The JSON is rewritten
-after every row (nothing measured is lost if the run is cut short).
-
-Run (from the repository root):
+Rows 1 and 3 also run each side with XLA:GPU's command buffers for loops and
+conditionals (`COMMAND_BUFFERS`; `--no-command-buffers` leaves them out). Row 1
+also traces a short run of each side with `jax.profiler` and sums the device's
+kernel time by loop depth and operation, writing each traced program's HLO beside
+the JSON (`--no-profile` leaves it out). `tricks`: `cpu_speed_tricks` on against
+off for PPO, GRU PPO and Snake. A row whose peer is missing runs eqxrl alone and
+says why; a failed row is recorded with its error; the JSON (`OUT/gpu.json`, and
+`OUT/gpu.md`) is rewritten after every row.
 
     python benchmarks/gpu.py --out OUT --purejaxrl PUREJAXRL_FOLDER   # <= 8 min
     python benchmarks/gpu.py --smoke   # every row at its smallest, on the CPU
-
-`--smoke` is what the test suite runs (`tests/test_benchmarks.py`), so that the
-script cannot rot. It writes `OUT/gpu.json` and `OUT/gpu.md`.
 """
 
 import argparse

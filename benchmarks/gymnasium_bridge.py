@@ -1,22 +1,16 @@
 """The gymnasium host bridge against pure-JAX CartPole: what the bridge costs.
 
-Two measurements, each alternating bridge and pure JAX in one process (A B, then
-B A, `--pairs` pairs after one untimed warm-up of each), printing the median and best of
-each side and the median and best ratio (pure JAX / bridge, per pair):
+Bridge (`from_gymnasium("CartPole-v1")`) and pure JAX (`make("CartPole-v1")`)
+alternate in one process for `--pairs` pairs; per side the median and best
+environment steps/s, and the ratio pure JAX / bridge, compile time apart:
 
-- `env`: environment steps per second of a random-action rollout, `num_envs`
-  auto-resetting environments x `num_steps` steps in one `lax.scan` (vmapped over
-  environments; observations are consumed, as a policy would), for
-  `eqxrl.envs.from_gymnasium("CartPole-v1")` and `eqxrl.envs.make("CartPole-v1")`.
-- `ppo`: environment steps per second of `eqxrl.PPO` training with the same config
-  on both (4 envs x 128 steps, 4 epochs x 4 minibatches, the PPO defaults), over
-  `--iterations` iterations.
+- `env`: a random-action rollout, `--num-envs` auto-resetting environments x
+  `--rollout-steps` steps in one `lax.scan`, observations consumed;
+- `ppo`: `eqxrl.PPO` at its defaults (4 epochs x 4 minibatches), 128 steps per
+  environment, for `--iterations` iterations.
 
-Compile time (ahead-of-time `.lower(...).compile()`) is printed separately. As a
-reference it also prints the steps/s of a plain Python loop over gymnasium's
-CartPole-v1 (no JAX at all), the ceiling of any host bridge.
+Also a plain Python loop over gymnasium's CartPole-v1, the ceiling of any bridge.
 
-    python benchmarks/gymnasium_bridge.py
     python benchmarks/gymnasium_bridge.py --pairs 7 --iterations 20 --num-envs 4
 """
 
@@ -30,35 +24,9 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 from _harness import Program, alternate, compile_program
+from env_throughput import compile_eqxrl
 
 import eqxrl
-
-
-def rollout_program(env: eqxrl.envs.AbstractEnvironment, num_envs: int, steps: int):
-    """A compiled random-action rollout."""
-    env = eqxrl.envs.AutoReset(env)
-
-    def rollout(key):
-        reset_key, key = jr.split(key)
-        state, timestep = jax.vmap(env.reset)(jr.split(reset_key, num_envs))
-
-        def body(carry, key):
-            state, _ = carry
-            action_key, step_key = jr.split(key)
-            actions = jr.randint(action_key, (num_envs,), 0, 2)
-            state, timestep = jax.vmap(env.step)(
-                state, actions, jr.split(step_key, num_envs)
-            )
-            # Use the observation, as a policy would: otherwise XLA drops the
-            # (unused) reset observations and with them the bridge's reset calls.
-            return (state, timestep), timestep.observation.sum() + timestep.reward.sum()
-
-        _, rewards = jax.lax.scan(body, (state, timestep), jr.split(key, steps))
-        return rewards.sum()
-
-    return compile_program(
-        jax.jit(rollout), lambda seed: (jr.key(seed),), num_envs * steps
-    )
 
 
 def ppo_program(env: eqxrl.envs.AbstractEnvironment, num_envs: int, iterations: int):
@@ -129,8 +97,8 @@ def main() -> None:
     n, steps, iterations = args.num_envs, args.rollout_steps, args.iterations
     compare(
         f"env: {n} envs x {steps} steps, random actions",
-        rollout_program(bridge_env, n, steps),
-        rollout_program(pure_env, n, steps),
+        compile_eqxrl(n, steps, bridge_env),
+        compile_eqxrl(n, steps, pure_env),
         args.pairs,
     )
     compare(

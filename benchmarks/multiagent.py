@@ -1,62 +1,42 @@
-"""Multi-agent learners (`eqxrl.multiagent`): Sorrel's experiment on Treasure Hunt,
-worlds x agents scaling, the one program against a Python loop over agents, IPPO
-against JaxMARL's own IPPO baseline, and MAPPO, VDN and QMIX against JaxMARL's.
+"""Multi-agent learners (`eqxrl.multiagent`) against Sorrel and JaxMARL.
 
-Parts (`--parts`, default all); compile time is reported apart from run time:
+Parts (`--parts`, default all), compile time apart from run time:
 
-- `sorrel`: Sorrel 1.6.0's `treasurehunt` experiment, its agents' IQN settings
-  (`eqxrl.multiagent.Independent.from_sorrel`): 2 agents, 1000 epochs of 100 turns
-  in one world. The wall time of one seed (the whole run, one compiled program)
-  against Sorrel's 332 s (target: at least 50x faster), with the experiment's FLOPs
-  as XLA counts them against this machine's matrix product speed (what one world can
-  reach here), then `--seeds` seeds (vmapped, one program) for the learning curve:
-  the total reward per epoch (both agents) over the first 10 and the last 100 epochs
-  (Sorrel: about 10, then 37; target: the mean over seeds of the last 100 epochs at
-  least 37). `--curve FILE` writes the curve (mean and range over seeds, 20-epoch
-  trailing mean) as a PNG.
-- `scaling`: agent-steps per second (world steps x agents, acting, storing and
-  each agent's gradient step per iteration included) of Sorrel's learners for
-  1, 64 and 1024 worlds (`--worlds`) and 2, 5, 10, 20 agents (`--agents`), each
-  iteration `--steps` turns of every world, on the 21x21 map (a 2-core CPU takes
-  minutes for the largest).
-- `loop`: the same training as a Python loop over agents, each agent an eqxrl
-  learner with its own jitted act / store / update functions and the world
-  stepped by its own jitted function, against `Independent`'s one program, for
-  2, 5, 10, 20 agents (`--loop-agents`) in `--loop-worlds` worlds (target: 5
-  agents at least 4x faster in one program, whose cost grows clearly sublinearly
-  with the number of agents).
-- `jaxmarl`: parameter-shared IPPO on JaxMARL's `MPE_simple_spread_v3`, eqxrl
-  (`Independent(PPO, share_parameters=True)`) against JaxMARL's
-  `baselines/IPPO/ippo_ff_mpe.py` (not part of the jaxmarl wheel: clone
-  https://github.com/FLAIROx/JaxMARL and pass `--jaxmarl-baseline
-  JaxMARL/baselines/IPPO/ippo_ff_mpe.py`; it needs `pip install distrax
-  hydra-core` beside jaxmarl). Its `config/ippo_ff_mpe.yaml` settings, with
-  `--jaxmarl-timesteps` steps, `--pairs` alternating runs (eqxrl, JaxMARL) in this
-  process; steps/s (target: eqxrl at least 1.2x) and the team's return over the
-  last 10 iterations. Skipped, saying why, without the path or the packages.
+- `sorrel`: Sorrel 1.6.0's `treasurehunt` experiment at its agents' IQN settings
+  (`Independent.from_sorrel`: 2 agents, 1000 epochs of 100 turns, one world): one
+  seed's wall time against Sorrel's 332 s (target: 50x faster), the experiment's
+  FLOPs as XLA counts them against this machine's matrix product speed, then
+  `--seeds` seeds vmapped for the learning curve: the total reward per epoch over
+  the first 10 and the last 100 epochs (Sorrel: about 10, then 37, the target).
+  `--curve FILE` writes it as a PNG.
+- `scaling`: agent-steps per second of Sorrel's learners for `--worlds` worlds and
+  `--agents` agents, `--steps` turns per iteration.
+- `loop`: the same training as a Python loop over agents (each its own jitted act,
+  store and update, the world its own jitted step) against `Independent`'s one
+  program, for `--loop-agents` agents (target: 5 agents at least 4x faster).
+- `jaxmarl`: parameter-shared IPPO on `MPE_simple_spread_v3` against JaxMARL's
+  `baselines/IPPO/ippo_ff_mpe.py` (`--jaxmarl-baseline PATH`, from a clone of
+  https://github.com/FLAIROx/JaxMARL; it needs distrax and hydra-core), at its
+  `config/ippo_ff_mpe.yaml`, `--pairs` alternating runs: steps/s (target: 1.2x)
+  and the team return over the last 10 iterations.
+- `mappo`, `vdn`, `qmix`: JaxMARL's own baselines on `MPE_simple_spread_v3`
+  (`MAPPO/mappo_rnn_mpe.py` at `mappo_homogenous_rnn_mpe`,
+  `QLearning/vdn_ff.py` at `vdn_ff_mpe`, `QLearning/qmix_rnn.py` at `ql_rnn_mpe`),
+  unmodified from the clone (`--jaxmarl-dir`; they need distrax, hydra-core and
+  flashbax), `--marl-timesteps` steps per run: `--marl-pairs` alternating runs
+  (steps/s and each run's team return over the last 10% of its iterations), or
+  with `--marl-seeds N` the learning bar (N seeds vmapped on both sides; run it
+  with `NPROC=8`: JaxMARL's orthogonal initialization under vmap can wait forever
+  for XLA's CPU pool on 2 cores). JaxMARL's returns are what it logs to wandb (a
+  stand-in keeps them).
 
-- `mappo`, `vdn`, `qmix`: eqxrl's cooperative learners against JaxMARL's own
-  baselines on `MPE_simple_spread_v3` (`baselines/MAPPO/mappo_rnn_mpe.py` at its
-  `mappo_homogenous_rnn_mpe` config, `baselines/QLearning/vdn_ff.py` at
-  `vdn_ff_mpe`, `baselines/QLearning/qmix_rnn.py` at `ql_rnn_mpe`), run unmodified
-  from a clone of https://github.com/FLAIROx/JaxMARL (`--jaxmarl-dir`; they need
-  `pip install distrax hydra-core flashbax` beside jaxmarl), with
-  `--marl-timesteps` steps per run: `--marl-pairs` alternating single-seed runs
-  (steps/s, compile time apart, and each run's team return over the last 10% of its
-  iterations), or with `--marl-seeds N` the learning bar instead (N seeds vmapped
-  on both sides, as JaxMARL's scripts vmap theirs; run it with `NPROC=8`: JaxMARL's
-  orthogonal initialization under vmap is a batched LAPACK call, which can wait
-  forever for XLA's CPU pool on a 2-core machine). JaxMARL's returns are what its
-  scripts log through wandb (a stand-in keeps them). Skipped, saying why, without
-  the clone or the packages.
+Parts whose peers are missing say why and skip.
 
     .venv/bin/python benchmarks/multiagent.py
-    .venv/bin/python benchmarks/multiagent.py --parts jaxmarl \\
-        --jaxmarl-baseline ../JaxMARL/baselines/IPPO/ippo_ff_mpe.py
     .venv/bin/python benchmarks/multiagent.py --parts sorrel --seeds 4 \\
         --curve docs/assets/treasure-hunt-iqn.png
-    .venv/bin/python benchmarks/multiagent.py --epochs 3 --seeds 2 --worlds 1 4 \\
-        --agents 2 3 --steps 5 --loop-agents 2 3 --loop-iterations 2
+    .venv/bin/python benchmarks/multiagent.py --parts jaxmarl \\
+        --jaxmarl-baseline ../JaxMARL/baselines/IPPO/ippo_ff_mpe.py
     .venv/bin/python benchmarks/multiagent.py --parts mappo vdn qmix \\
         --jaxmarl-dir ../JaxMARL --marl-timesteps 300000 --marl-pairs 5
 """

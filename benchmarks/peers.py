@@ -1,54 +1,27 @@
 """eqxrl against its peers, side by side in one process: gymnax, rejax, PureJaxRL.
 
-Runs in the peers venv (`.venv-peers`, see `requirements-peers.txt`), which has eqxrl
-installed in editable mode next to gymnax 0.0.9 and rejax 0.1.3. Everything is
-compiled first (compile times are timed with ahead-of-time `.lower(...).compile()`
-and printed separately), each program is run once untimed as a warm-up, then the
-contestants alternate for `--pairs` rounds and each round gives a speed ratio
-ours/peer (> 1: eqxrl is faster). Printed per comparison: every round's ratio, the
-median round ratio, the best round ratio, best-run vs best-run, compile times and
-final returns.
+Runs in the peers venv (`.venv-peers`, `requirements-peers.txt`: gymnax 0.0.9 and
+rejax 0.1.3 beside eqxrl), with the harness's alternation (compile apart, a
+warm-up, `--pairs` rounds in alternating order; per round the ratio eqxrl/peer):
 
-(a) Environment throughput: eqxrl `AutoReset(make("CartPole-v1"))` vs gymnax
-    `CartPole-v1` (its `step` auto-resets), random actions, rewards and observations
-    summed on both sides (so that XLA drops no work), `jax.vmap` over N envs
-    inside a `lax.scan` of S steps, for N in `--num-envs`; S is `--env-steps`,
-    raised for small N to make `--min-work` env steps per call (same S for both).
-(b) PPO training steps/s: eqxrl `PPO` (defaults = the contract config: 4 envs x 128
-    steps, 976 iterations = 499,712 steps, 4 epochs x 4 minibatches, lr 2.5e-4
-    annealed, gamma 0.99, GAE 0.95, clip 0.2, ent 0.01, vf 0.5, grad norm 0.5,
-    64x64 tanh) vs rejax `PPO` with the same numbers, the same 976 iterations, tanh
-    64x64, and its periodic evaluation replaced by a no-op (`eval_freq` = the whole
-    run, no initial evaluation, `eval_callback` returning nothing), so that only
-    training is timed.
-    `--ppo-configs wide seeds8` runs the other configurations of
-    `ppo_cartpole.py` as well, the peers given the same numbers: `wide` (512 envs x
-    128 steps, 2^20 steps) and `seeds8` (the contract config, 8 seeds vmapped in one
-    program; rejax and PureJaxRL through `jax.vmap` of their `train`).
-(c) The same against PureJaxRL's `purejaxrl/ppo.py` (`make_train`, its CartPole
-    config with `TOTAL_TIMESTEPS=500_000`), if `--purejaxrl PATH/ppo.py` is given.
-    PureJaxRL is not on PyPI; extract it from its repository, outside this one:
+(a) Environment throughput: `AutoReset(make("CartPole-v1"))` against gymnax's
+    auto-resetting `CartPole-v1`, random actions, rewards and observations summed,
+    `jax.vmap` over N envs (`--num-envs`) in a `lax.scan` of `--env-steps` steps
+    (more for small N, to make `--min-work` steps per call).
+(b) PPO training steps/s: eqxrl's `PPO` at its defaults (4 envs x 128 steps, 976
+    iterations, 4 epochs x 4 minibatches, 64x64 tanh) against rejax's `PPO` with
+    the same numbers, its evaluation a no-op over the whole run.
+    `--ppo-configs wide seeds8` adds `ppo_cartpole.py`'s other configurations.
+(c) The same against PureJaxRL's `ppo.py` (`--purejaxrl PATH/ppo.py`, with its
+    `wrappers.py` beside it, extracted from its repository, not on PyPI; brax and
+    navix, which `wrappers.py` imports, are stood in for where missing).
 
-        git --git-dir=<purejaxrl.git> show HEAD:purejaxrl/ppo.py > /tmp/pjrl/ppo.py
-        git --git-dir=<purejaxrl.git> show HEAD:purejaxrl/wrappers.py \
-            > /tmp/pjrl/wrappers.py
-
-    `ppo.py` imports `wrappers.py` from its own folder; that file imports brax and
-    navix at the top (unused for CartPole), which are stubbed out if not installed.
-
-PPO contestants run in rounds (eqxrl, rejax, PureJaxRL, then reversed order the next
-round). Final returns: "train" is the nan-aware mean over the last 10 iterations of
-the mean return of the episodes that ended in each iteration (eqxrl and PureJaxRL
-log it; rejax does not); "eval" is rejax's own evaluator (`rejax.evaluate`: 128
-episodes of gymnax CartPole-v1, sampled actions) applied to each contestant's final
-policy from the last round.
-
-Run (from the repository root; with defaults and PureJaxRL 4.5-7 minutes measured
-on a 2-core CPU loaded ~4x by other jobs, less when idle):
+Final returns: "train" is the mean over the last 10 iterations of each iteration's
+ended episodes (rejax logs none); "eval" is rejax's evaluator (128 episodes of
+gymnax's CartPole, sampled actions) on each side's policy of the last round.
 
     make bench-peers    # creates .venv-peers, then runs this without PureJaxRL
     NPROC=8 .venv-peers/bin/python benchmarks/peers.py --purejaxrl /tmp/pjrl/ppo.py
-    NPROC=8 .venv-peers/bin/python benchmarks/peers.py --skip-env --pairs 9
 """
 
 import argparse

@@ -1,36 +1,22 @@
 """PPO training speed and final return of eqxrl on CartPole-v1.
 
-Three configurations of `eqxrl.PPO` on `eqxrl.envs.make("CartPole-v1")`:
+Three configurations of `eqxrl.PPO` on `make("CartPole-v1")`:
 
 - `contract`: the PPO defaults, i.e. PureJaxRL's CartPole config: 4 envs x 128
-  steps, 500k steps, 4 epochs x 4 minibatches, lr 2.5e-4 (annealed), gamma 0.99,
-  GAE lambda 0.95, clip 0.2, entropy 0.01, value 0.5, max grad norm 0.5.
-- `wide`: the same with 512 envs x 128 steps and 2^20 steps (16 iterations): a
-  throughput configuration; 16 iterations are too few to learn CartPole, so its
-  final return says nothing.
-- `seeds8`: `contract` for 8 seeds at once, `eqx.filter_vmap(ppo.train)(keys)`.
+  steps, 500k steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed.
+- `wide`: 512 envs x 128 steps, 2^20 steps (16 iterations, too few to learn: a
+  throughput configuration).
+- `seeds8`: `contract` for 8 seeds vmapped in one program.
 
-For each it prints the compile time (trace + XLA compile of the whole `train`,
-timed with ahead-of-time `.lower(...).compile()`), environment steps per second of
-the compiled run (all seeds' steps / wall time, compile excluded; median and best of
-`--repeats` runs with different keys after one untimed warm-up run) and the final
-return: the nan-aware mean of the per-iteration `episode_return` metric over the
-last 10 iterations (for `seeds8`, the mean over seeds, with the worst seed).
+Per configuration: the compile time of the whole `train`, environment steps per
+second (all seeds; median and best of `--repeats` runs after a warm-up) and the
+final return (the mean of `episode_return` over the last 10 iterations; for
+`seeds8`, the mean over seeds and the worst seed). `compile_eqxrl_ppo` gives the
+program that `peers.py` alternates with other libraries' PPO.
 
-Run (from the repository root, in the dev venv; with defaults about 3-4 minutes on
-an idle 2-core CPU, 7.5 minutes measured with other jobs loading it ~5x):
-
-    NPROC=8 .venv/bin/python benchmarks/ppo_cartpole.py
-    NPROC=8 .venv/bin/python benchmarks/ppo_cartpole.py --configs contract \
-        --repeats 9
-    .venv/bin/python benchmarks/ppo_cartpole.py --configs contract seeds8 \
-        --total-timesteps 4096 --repeats 1
-
-(the last a quick check that the script works; `wide` needs at least 65,536 steps,
-one iteration).
-
-`compile_eqxrl_ppo(config_name)` returns the program, which `peers.py` alternates
-with other libraries' PPO.
+    NPROC=8 .venv/bin/python benchmarks/ppo_cartpole.py --configs contract --repeats 9
+    .venv/bin/python benchmarks/ppo_cartpole.py --configs contract seeds8 \\
+        --total-timesteps 4096 --repeats 1   # a quick check
 """
 
 import argparse

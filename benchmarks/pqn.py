@@ -1,61 +1,36 @@
-"""PQN: speed against purejaxql's `pqn_gymnax.py`, wall time to a greedy 475 on
-CartPole against eqxrl's own DQN, PQN-RNN on gymnax's MemoryChain, and MinAtar
-Breakout against purejaxql's `pqn_minatar.py`.
+"""PQN against purejaxql, and against eqxrl's own DQN.
 
-Four parts (`--parts`, default `speed` and `headline`):
+Parts (`--parts`, default `speed` and `headline`):
 
-- `speed`: `eqxrl.PQN` at its defaults (purejaxql's `pqn_cartpole` config: 32 envs x
-  64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm, lr 1e-4 decayed, lambda
-  0.95, reward scale 0.1) against purejaxql's `make_train` from `pqn_gymnax.py` with
-  that config (its `purejaxql/config/alg/pqn_cartpole.yaml`), its evaluation during
-  training and wandb off, `--steps` steps each, alternating in one process for
-  `--pairs` rounds after a warm-up, compile time apart. purejaxql is not on PyPI:
-  `--purejaxql FOLDER` holds its `pqn_gymnax.py`, fetched from its repository
-  (github.com/mttga/purejaxql), never committed; its imports used outside
-  `make_train` (hydra, omegaconf, safetensors, wandb) are stubbed when missing.
-- `headline`: for `--seeds` seeds each, alternating PQN and DQN (both at their
-  defaults on CartPole-v1, 500k steps): train in chunks of about 16k environment
-  steps (one compiled `train_iterations` program per algorithm, compile time apart),
-  evaluate the greedy policy after each chunk (16 episodes, not timed), and report
-  the training time until the greedy mean first reaches 475 (or that it did not
-  within the run).
+- `speed`: `eqxrl.PQN` at its defaults (purejaxql's `pqn_cartpole` config: 32 envs
+  x 64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm, lr 1e-4 decayed,
+  lambda 0.95, reward scale 0.1) against purejaxql's `make_train` from
+  `pqn_gymnax.py` at that config (evaluation and wandb off), `--steps` steps,
+  alternating for `--pairs` rounds. purejaxql is not on PyPI: `--purejaxql FOLDER`
+  holds its files (github.com/mttga/purejaxql), never committed; its unused
+  imports (hydra, omegaconf, safetensors, wandb) are stood in for.
+- `headline`: `--seeds` seeds of PQN and DQN at their defaults on CartPole-v1
+  (500k steps), trained in chunks of about 16k steps (compile apart), the greedy
+  policy evaluated after each (16 episodes, untimed): the training time until it
+  first reaches 475.
 - `memory`: PQN-RNN (`gru_size=256`) at purejaxql's `pqn_rnn_memory_chain` config
-  (`purejaxql/config/alg/pqn_rnn_memory_chain.yaml`: gymnax's `MemoryChain-bsuite`
-  with a memory of 100 steps, 32 envs x 128 steps, 100k steps, 4 epochs x 16
-  minibatches of 2 sequences, lr 1e-3 constant, epsilon 1 to 0.01 over the first
-  10%, lambda 0.95, a 256-unit GRU after 2 x 256 LayerNorm layers),
-  `--seeds` seeds vmapped in one program (`--memory-steps` steps each;
-  `--memory-no-layer-norm` drops the LayerNorm). The bar: the greedy policy solves
-  the task, a mean return of at least 0.9 over 128 episodes (+1 for recalling the
-  context, -1 otherwise; guessing averages 0), on 3 of 4 seeds. Differences from
-  purejaxql's network: no previous action as input; from its training: no memory
-  window, no random warm-up rollout (see `eqxrl.PQN`). Needs gymnax.
-- `minatar`: PQN at purejaxql's `pqn_minatar` config (its
-  `purejaxql/config/alg/pqn_minatar.yaml`, with `Breakout-MinAtar` for the yaml's
-  Asterix: 128 envs x 32 steps, 2 epochs x 32 minibatches, lr 5e-4 decayed, gradient
-  norm 10, epsilon 1 to 0.05 over the first 10%, gamma 0.99, lambda 0.65, rewards
-  unscaled, the LayerNorm CNN `eqxrl.nn.CNNQNetwork` on boards divided by 255 as
-  purejaxql's) through `eqxrl.envs.from_gymnax`, against `make_train` from
-  purejaxql's `pqn_minatar.py` (in `--purejaxql FOLDER`, unmodified). Both sides
-  decay their learning rate and epsilon over the run's own steps (purejaxql's
-  `TOTAL_TIMESTEPS_DECAY` set to the run's steps). Speed: `--minatar-speed-steps`
-  steps each, alternating for `--pairs` rounds, compile apart (0 skips it).
-  Learning: `--minatar-steps` steps x `--seeds` seeds vmapped in one program per
-  side (`--minatar-sides`, default both), one side after the other; the figure is
-  each seed's mean return of the training episodes over the last 10% of the
-  iterations (eqxrl's `episode_return` metric; purejaxql's logged
-  `returned_episode_returns`), and eqxrl's greedy return over 32 episodes. gymnax's
-  version decides the environment's code: run both sides in the peers venv (gymnax
-  0.0.9). Needs gymnax.
-
-Run (from the repository root):
+  (gymnax's `MemoryChain-bsuite` with a memory of 100 steps, 32 envs x 128 steps,
+  100k steps, 4 epochs x 16 minibatches, lr 1e-3, epsilon to 0.01 over 10%), seeds
+  vmapped; the bar: a greedy mean return of at least 0.9 over 128 episodes on 3 of
+  4 seeds (no previous action as input, no memory window, no random warm-up
+  rollout, unlike purejaxql). `--memory-no-layer-norm` drops the LayerNorm.
+- `minatar`: PQN at purejaxql's `pqn_minatar` config on `Breakout-MinAtar` (the
+  yaml's Asterix swapped: 128 envs x 32 steps, 2 epochs x 32 minibatches, lr 5e-4
+  decayed, lambda 0.65, the LayerNorm `CNNQNetwork` on boards / 255) against
+  `pqn_minatar.py`, schedules over the run's own steps: speed over
+  `--minatar-speed-steps` (alternating), and learning over `--minatar-steps` x
+  `--seeds` seeds vmapped per side (`--minatar-sides`): each seed's training
+  return over the last 10% of iterations, and eqxrl's greedy return. Run both
+  sides in the peers venv (gymnax 0.0.9).
 
     .venv-peers/bin/python benchmarks/pqn.py --purejaxql /tmp/purejaxql
-    .venv/bin/python benchmarks/pqn.py --parts headline --seeds 4
-    .venv/bin/python benchmarks/pqn.py --parts memory --seeds 4
+    .venv/bin/python benchmarks/pqn.py --parts headline memory --seeds 4
     .venv-peers/bin/python benchmarks/pqn.py --parts minatar --purejaxql /tmp/purejaxql
-    .venv/bin/python benchmarks/pqn.py --steps 4096 --seeds 1 --headline-steps 8192
-        # a quick check (the test suite's)
 """
 
 import argparse

@@ -1,34 +1,19 @@
 """Recurrent PPO: speed against PureJaxRL's `ppo_rnn.py`, and the memory tasks.
 
-`speed` (the peers venv, `.venv-peers`): eqxrl PPO with
-`eqxrl.nn.GRUActorCritic` against PureJaxRL's `purejaxrl/ppo_rnn.py` at its own
-config (CartPole-v1, 4 envs x 128 steps, 5e5 steps, 4 epochs x 4 minibatches, GRU
-128, `DEBUG` off: no host callback), alternating in one process for `--pairs`
-rounds, compile time apart, then the same
-for the feed-forward programs (eqxrl's default PPO, PureJaxRL's `ppo.py`) to give
-each library's recurrent/feed-forward throughput ratio. PureJaxRL is not on PyPI;
-extract its files beside each other, outside this repository:
+`speed` (the peers venv): eqxrl's PPO with `GRUActorCritic` against PureJaxRL's
+`ppo_rnn.py` at its own config (CartPole-v1, 4 envs x 128 steps, 5e5 steps, 4
+epochs x 4 minibatches, GRU 128, `DEBUG` off), alternating for `--pairs` rounds,
+then the feed-forward programs (eqxrl's default PPO, PureJaxRL's `ppo.py`): each
+library's recurrent/feed-forward throughput ratio. PureJaxRL is not on PyPI:
+extract `ppo_rnn.py`, `ppo.py` and `wrappers.py` into one folder, outside this
+repository. `ppo_rnn.py` calls Flax's old static `nn.GRUCell.initialize_carry`,
+which Flax 0.12 removed: `FLAX_PATCHES` rewrites those lines in memory at import
+(the file is not changed).
 
-    for f in ppo_rnn.py ppo.py wrappers.py; do
-        git --git-dir=<purejaxrl.git> show HEAD:purejaxrl/$f > /tmp/pjrl/$f
-    done
-
-`ppo_rnn.py` calls Flax's old static `nn.GRUCell.initialize_carry(key, (batch,),
-hidden)`, which Flax 0.12 removed; the benchmark patches the two lines at import
-(printed when it does), in memory: the file on disk is not changed:
-
-    nn.GRUCell.initialize_carry(key, (batch_size,), hidden_size)
-      -> nn.GRUCell(features=hidden_size).initialize_carry(
-             key, (batch_size, hidden_size))
-    nn.GRUCell()(rnn_state, ins) -> nn.GRUCell(features=ins.shape[1])(rnn_state, ins)
-
-`learning` (any venv with gymnax): the issue's learning bars, 4 seeds vmapped in one
-program per network:
-- `StatelessCartPole-v1`, 32 envs x 128 steps, 2e6 steps, PPO's other defaults: the
-  mean episode return over the last 5% of iterations per seed, GRU and the default
-  feed-forward network.
-- gymnax's `MemoryChain-bsuite` (memory length 5): the fraction of episodes right
-  (return +1) over the last 5% of iterations per seed, GRU and feed-forward.
+`learning` (any venv with gymnax): the learning bars, 4 seeds vmapped per network,
+GRU and the default feed-forward: `StatelessCartPole-v1` (32 envs x 128 steps, 2e6
+steps), the mean episode return over the last 5% of iterations per seed; gymnax's
+`MemoryChain-bsuite` (memory length 5), the fraction of episodes right.
 
     .venv-peers/bin/python benchmarks/recurrent.py speed --purejaxrl /tmp/pjrl
     .venv/bin/python benchmarks/recurrent.py learning

@@ -1,23 +1,18 @@
 """What training over several devices costs and saves, as far as a CPU can show it.
 
-Parts (`--parts`, default all), each in a subprocess with its own number of
+Parts (`--parts`, default all), each in a process of its own with its number of
 simulated CPU devices (`--xla_force_host_platform_device_count`):
 
-- `overhead`: PPO on CartPole-v1 (`--num-envs` x 128 steps) as the one-device
-  program (`ppo.lower(key)`) against the sharded program on a one-device mesh
-  (`ppo.lower(key, mesh=mesh)`), each compiled once and run whole, initialization
-  included, alternated (A B A B, `--pairs`); compile time apart. The target is
-  1.00x.
-- `seeds`: `--seeds` PPO seeds with `eqxrl.train_seeds`, on 1 device (XLA's CPU
-  device uses every core) against split over 2 simulated devices (one per core of
-  a 2-core machine), alternated. Simulated devices share the host's cores, so this
-  says what the split costs or saves on this machine, not what 2 accelerators do.
-- `memory`: per-device memory of PPO on Snake (`--snake-envs` x `--snake-steps`,
-  the Snake example's configuration) on 1, 2, 4 and 8 devices, from the compiled
-  program's memory analysis (arguments, outputs and scratch of one device).
-- `model`: the scaling model's inputs: the collectives (all-reduce, all-gather)
-  that XLA's partitioner put in the compiled 8-device program, with their sizes,
-  for PPO on CartPole (8 envs x 128 steps) and Snake, and DQN on CartPole.
+- `overhead`: PPO on CartPole-v1 (`--num-envs` x 128 steps), the whole run
+  (initialization included) as the one-device program against the sharded
+  program on a one-device mesh, alternating for `--pairs` pairs: target 1.00x.
+- `seeds`: `--seeds` PPO seeds with `eqxrl.train_seeds` on 1 device against split
+  over 2 simulated devices, which share the host's cores: what the split costs or
+  saves on this machine, not what 2 accelerators do.
+- `memory`: per-device memory (arguments, outputs, scratch) of PPO on Snake
+  (`--snake-envs` x `--snake-steps`) on 1, 2, 4 and 8 devices.
+- `model`: the collectives (all-reduce, all-gather) XLA put in the compiled
+  8-device programs of PPO on CartPole and Snake and DQN on CartPole, with sizes.
 
     .venv/bin/python benchmarks/scaling.py
     .venv/bin/python benchmarks/scaling.py --parts overhead --pairs 1 --num-envs 4 \\
@@ -194,10 +189,17 @@ def run_part(part: str, devices: int, options: dict) -> dict:
     return child_json([__file__, "--child", part, json.dumps(options)], environment)
 
 
-def ratios(ours: list[float], base: list[float]) -> tuple[float, float]:
-    """Median and best of per-pair speed ratios (base time / our time)."""
-    pairs = [b / a for a, b in zip(ours, base)]
-    return statistics.median(pairs), max(pairs)
+def print_pair(result: dict, base: tuple[str, str], ours: tuple[str, str]) -> None:
+    """The median steps/s of both sides and the median and best per-pair ratio."""
+    (base, base_label), (ours, ours_label) = base, ours
+    rates = {side: [result["steps"] / s for s in result[side]] for side in (base, ours)}
+    ratios = [a / b for a, b in zip(rates[ours], rates[base])]
+    print(
+        f"  {base_label}: median {statistics.median(rates[base]):,.0f} steps/s | "
+        f"{ours_label}: median {statistics.median(rates[ours]):,.0f} steps/s\n"
+        f"  {ours_label.split()[0]} speed / one-device speed: median "
+        f"{statistics.median(ratios):.3f}x best {max(ratios):.3f}x"
+    )
 
 
 def main() -> None:
@@ -225,42 +227,22 @@ def main() -> None:
 
     if "overhead" in args.parts:
         result = run_part("overhead", 1, options)
-        median, best = ratios(result["sharded"], result["plain"])
         print(
             f"overhead: PPO CartPole {args.num_envs} envs x 128 steps, "
-            f"{result['steps']:,d} steps, {args.pairs} pairs"
-        )
-        print(
+            f"{result['steps']:,d} steps, {args.pairs} pairs\n"
             f"  compile: one-device {result['compile_plain']:.1f} s, sharded on a "
             f"1-device mesh {result['compile_sharded']:.1f} s"
         )
-        print(
-            f"  run: one-device median {statistics.median(result['plain']):.2f} s, "
-            f"sharded median {statistics.median(result['sharded']):.2f} s"
-        )
-        print(
-            f"  sharded speed / one-device speed: median {median:.3f}x best {best:.3f}x"
-        )
+        print_pair(result, ("plain", "one-device"), ("sharded", "sharded"))
     if "seeds" in args.parts:
         result = run_part("seeds", 2, options)
-        median, best = ratios(result["split"], result["one"])
-        steps = result["steps"]
         print(
             f"seeds: {args.seeds} PPO seeds x {args.total_timesteps:,d} steps, "
-            f"{args.pairs} pairs (2 simulated devices share this machine's cores)"
-        )
-        print(
+            f"{args.pairs} pairs (2 simulated devices share this machine's cores)\n"
             f"  first call (with compiling): 1 device {result['first_one']:.1f} s, "
             f"2 devices {result['first_split']:.1f} s"
         )
-        print(
-            f"  1 device: median {steps / statistics.median(result['one']):,.0f} "
-            f"steps/s | split over 2 devices: median "
-            f"{steps / statistics.median(result['split']):,.0f} steps/s"
-        )
-        print(
-            f"  split speed / one-device speed: median {median:.3f}x best {best:.3f}x"
-        )
+        print_pair(result, ("one", "1 device"), ("split", "split over 2 devices"))
     if "memory" in args.parts:
         result = run_part("memory", 8, options)
         print(

@@ -1,26 +1,17 @@
 """Snake throughput: eqxrl's Snake against Jumanji's Snake-v1, and PPO steps/s.
 
+Environment steps/s: N auto-resetting games vmapped in one `lax.scan`, actions
+uniform among the valid moves, the observation summed into the output (with
+`--ignore-observation` it is not, and XLA drops its computation: the state update
+alone). Jumanji's game (`AutoResetWrapper`, where installed) runs the same loop on
+the same board and N, alternating; median and best ratio, compile apart.
+
+PPO: steps/s of whole training iterations with the MLP, CNN and grid-transformer
+actor-critics.
+
     make bench-peers                      # in the peers venv, with Jumanji
-    python benchmarks/snake.py --pairs 5  # without Jumanji: eqxrl only
-
-Environment steps/s: `N` auto-resetting games stepped with `jax.vmap` inside one
-`lax.scan` (one compiled call), actions drawn uniformly among the valid moves from the
-action mask, the observation summed into the output so that it is really computed. Both
-libraries run the same loop, on the same board size and `N`, in the same process,
-alternating (A B, then B A); the script prints the median and best ratio over the pairs
-and the compile times separately. With `--ignore-observation` the observation is not
-consumed, so XLA drops its computation in both libraries: that measures the state
-update alone, as many environment benchmarks do. Jumanji's game is wrapped in its
-`AutoResetWrapper` (eqxrl's in `AutoReset`, which also keeps the pre-reset
-observation).
-
-PPO: steps/s of whole training iterations (rollout and updates, compiled once, compile
-time excluded) with the MLP, CNN and grid-transformer actor-critics.
-
-A quick check that the script works (seconds, not a measurement):
-
-    python benchmarks/snake.py --sizes 6 --num-envs 64 --pairs 1 --ppo-size 6 \
-        --policies mlp --smoke
+    python benchmarks/snake.py --sizes 6 --num-envs 64 --pairs 1 --ppo-size 6 \\
+        --policies mlp --smoke            # a quick check, not a measurement
 """
 
 import argparse

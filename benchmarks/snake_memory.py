@@ -1,23 +1,16 @@
 """PPO rollout memory on Snake: the formula, the compiled figure and the measured peak.
 
+For each observation storage dtype (`float32`, PPO's default, and `uint8`, exact for
+Snake), in a process of its own: the rollout storage formula (`num_steps * num_envs`
+steps of the observation, 30 bytes of action, log-probability, value, reward, flags,
+action mask and episode statistics, and 16 bytes of the update's values, advantages
+and returns); the bytes of one rollout's stacked `Transition`s under
+`jax.eval_shape`; XLA's scratch memory for one compiled `train_iteration` (which
+also holds the minibatch activations); with `--run`, the peak resident memory over
+one real iteration.
+
     python benchmarks/snake_memory.py            # 4096 envs x 128 steps, 10x10
-    python benchmarks/snake_memory.py --run      # also run one iteration per dtype
-                                                 # (separate processes) for peak RSS
-
-For each observation storage dtype (`float32`, i.e. PPO's default, and `uint8`, exact
-for Snake) it prints:
-
-- the rollout storage formula, `num_steps * num_envs * bytes per step`, where a step
-  stores the observation (`height * width * 3 * itemsize`) and 30 bytes of action,
-  log-probability, value, reward, flags, action mask and episode statistics, and the
-  update adds 16 bytes per step (truncation values, next values, advantages, returns);
-- the bytes of the stacked `Transition`s of one rollout, `[num_steps, num_envs]` of
-  each field: one step of PPO's `training_env` as an `eqxrl.buffers.Transition`, with
-  the observation in the storage dtype, under `jax.eval_shape` (nothing is run);
-- XLA's scratch memory for one compiled `train_iteration` (`temp_size_in_bytes`),
-  which also holds the minibatch activations (minibatch size `num_envs * num_steps /
-  num_minibatches`);
-- with `--run`, the process's peak resident memory over one real iteration.
+    python benchmarks/snake_memory.py --run      # also the peak RSS
 """
 
 import argparse

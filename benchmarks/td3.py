@@ -1,26 +1,16 @@
 """TD3 on Pendulum-v1: against rejax's TD3, and eqxrl's defaults against the bar.
 
-Two parts (`--parts`, default both):
+Parts (`--parts`, default both):
 
-- `peers`: training speed of eqxrl's `TD3` against rejax 0.1.3's on rejax's own
-  Pendulum settings (the `td3` section of its `configs/gymnax/pendulum.yaml`, printed
-  below; rejax's noises are in the action space's units, Pendulum's `[-2, 2]`, and
-  eqxrl's in `[-1, 1]`: halved), alternating eqxrl's and rejax's runs (A B, then
-  B A, `--pairs` rounds after one untimed warm-up each) in one process; the speed ratio
-  of each round, the median and best round ratio; compile times apart. rejax's
-  periodic evaluation is replaced by a no-op so that only training is timed. Each
-  round trains a new seed; the final return of each is its greedy policy's mean over
-  `--episodes` episodes (rejax's `evaluate` for rejax, `eqxrl.training.evaluate` on
-  eqxrl's Pendulum for eqxrl), reported as mean and spread over the rounds. Both
-  sides use swish networks of 64x64 (an eqxrl `TD3` whose `make_networks` passes
-  `activation=jax.nn.swish`). Needs the peers venv (rejax, gymnax 0.0.9); skipped
-  when rejax is missing.
-- `defaults`: `eqxrl.TD3(env=make("Pendulum-v1"), total_timesteps=20_000)` (and
-  `eqxrl.DDPG`, `--algorithms`), nothing else set, `--seeds` seeds vmapped in one
-  program: compile time, wall time, and each seed's mean training return over the
-  last 2,000 steps, against the bar (above -250 on 3 of 4 seeds).
-
-Run (from the repository root; rejax needs the peers venv):
+- `peers`: eqxrl's `TD3` against rejax 0.1.3's on rejax's Pendulum settings
+  (`REJAX_TD3`, its `configs/gymnax/pendulum.yaml`; its noises in Pendulum's
+  `[-2, 2]` units, halved for eqxrl's `[-1, 1]`), both with 64x64 swish networks,
+  alternating for `--pairs` rounds (a seed each), rejax's evaluation a no-op; each
+  seed's greedy return over `--episodes` episodes (rejax's evaluator and
+  `eqxrl.training.evaluate`), mean and spread. Skipped without rejax.
+- `defaults`: `TD3` and `DDPG` (`--algorithms`) at their defaults on Pendulum-v1,
+  20,000 steps, `--seeds` seeds vmapped: each seed's mean training return over the
+  last 2,000 steps against the bar (above -250 on 3 of 4 seeds).
 
     NPROC=8 .venv-peers/bin/python benchmarks/td3.py --parts peers --pairs 5
     NPROC=8 .venv/bin/python benchmarks/td3.py --parts defaults --seeds 4

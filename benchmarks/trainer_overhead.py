@@ -1,26 +1,20 @@
 """What the training driver costs: `eqxrl.Trainer` against the one-program `train`.
 
-PPO on CartPole-v1 with the default (PureJaxRL) configuration, 4 envs x 128 steps,
-`--total-timesteps` steps (default 2^18: 512 iterations). Variants, alternated in one
-process (A B C D, then D C B A, ...) so that machine noise hits all alike:
+PPO on CartPole-v1 at its defaults, `--total-timesteps` steps (2^18: 512
+iterations), four variants alternated for `--rounds` rounds:
 
-- `train`: `ppo.train(key)`, the whole run as one compiled program (no host work);
-- `trainer16`: `Trainer(ppo, chunk_size=16).fit(seed)`, no files, no evaluation:
-  the chunked loop alone (a `lax.cond` per iteration, a host round trip per chunk);
-- `trainer64`: the same with chunks of 64 iterations;
-- `trainer16+files`: chunks of 16 with everything a real run writes: metrics.csv
-  every chunk, a checkpoint every tenth of the run, the policy, curve.png, and the
-  final 16-episode evaluation.
+- `train`: `ppo.train(key)`, the whole run as one compiled program;
+- `trainer16` / `trainer64`: `Trainer(ppo, chunk_size=16 or 64).fit(seed)`, no
+  files and no evaluation: the chunked loop alone;
+- `trainer16+files`: chunks of 16 with all a real run writes (metrics.csv, a
+  checkpoint every tenth of the run, the policy, curve.png, a 16-episode
+  evaluation).
 
-It prints the compile time of each program, separately from running (`train`:
-ahead-of-time `ppo.lower(key).compile()`; the Trainer's chunk program: the
-`compile_seconds` the Trainer reports to its loggers on its first `fit`), the run
-time of every round, then per variant the median and best environment steps per
-second and the median and best ratio to `train`. Every variant must end with
-bit-identical parameters (checked).
+Per variant: the compile time (the Trainer reports its chunk program's to its
+loggers), the median and best steps/s and ratio to `train`. Every variant must end
+with bit-identical parameters (checked).
 
     .venv/bin/python benchmarks/trainer_overhead.py --rounds 5
-    .venv/bin/python benchmarks/trainer_overhead.py --total-timesteps 16384 --rounds 1
 """
 
 import argparse

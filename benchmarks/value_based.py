@@ -1,42 +1,28 @@
 """Value-based learning on CartPole-v1: the replay buffer, DQN and IQN, against rejax.
 
-Three parts (`--parts`, default all):
+Parts (`--parts`, default all):
 
-- `buffer`: cost of `ReplayBuffer.add` and `ReplayBuffer.sample` against the capacity
-  (CartPole-shaped transitions, one environment per row, capacities 10^3..10^6 rows).
-  `add` is timed (i) inside a jitted `lax.scan` of 4096 adds, the buffer a scan
-  carry (what DQN does), (ii) as one jitted call per add with the buffer donated and
-  (iii) as one jitted call per add without donation (XLA must then copy the whole
-  buffer: the contrast). `sample` (batch 128, 1-step and 3-step returns) is timed
-  inside a jitted scan of 1024 draws. It also prints whether the compiled donated
-  `add` is a `dynamic-update-slice` whose output aliases its input (in place).
-- `peers`: training speed of eqxrl's `DQN` and `IQN` against rejax 0.1.3's on
-  rejax's own CartPole settings (its `configs/gymnax/cartpole.yaml`; printed below),
-  alternating ours and rejax's (A B A B, `--pairs` rounds after one untimed warm-up
-  each) in one process; the speed ratio ours/rejax of each round, the median and best
-  round ratio and best-vs-best; compile times apart. rejax's periodic evaluation is
-  replaced by a no-op so that only training is timed. Final returns: the greedy
-  policy (epsilon 0.005, as rejax's `make_act`) over 128 episodes, by rejax's
-  `evaluate` for rejax and the same loop on eqxrl's CartPole for eqxrl. With several
-  updates per iteration (DQN), each round also runs eqxrl with twice the updates per
-  iteration: the difference is one update's time inside training, and the time of
-  an iteration's updates alone bounds the steps/s that cutting everything else could
-  reach (`at most ... = Nx rejax's median`). Needs the peers venv (rejax, gymnax);
-  skipped when rejax is missing.
-- `defaults`: `eqxrl.DQN(env=make("CartPole-v1"), total_timesteps=500_000)` and the
-  same for `IQN`, nothing else set, 4 seeds vmapped in one program: compile time,
-  wall time, steps/s, and the final training return of each seed (mean return of
-  the episodes that ended in the last 5% of iterations), against the learning bar
-  (>= 400 on at least 3 of 4 seeds).
-
-Run (from the repository root; rejax needs the peers venv):
+- `buffer`: `ReplayBuffer.add` and `sample` against the capacity (CartPole-shaped
+  transitions, 10^3..10^6 rows, microseconds per operation, best of 5): `add` in a
+  jitted `lax.scan` of 4096 adds (the buffer a carry, as in DQN), as one jitted
+  call per add with the buffer donated, and without donation (XLA copies the
+  buffer: the contrast); `sample` (batch 128, 1- and 3-step returns) in a scan of
+  1024 draws; and whether the donated `add` compiles to an in-place
+  `dynamic-update-slice`.
+- `peers`: eqxrl's `DQN` and `IQN` against rejax 0.1.3's on rejax's own CartPole
+  settings (`REJAX`, from its `configs/gymnax/cartpole.yaml`), alternating for
+  `--pairs` rounds, rejax's evaluation a no-op; final returns of the greedy policy
+  (epsilon 0.005, as rejax's `make_act`) over 128 episodes. DQN (several updates
+  per iteration) also runs with twice the updates per iteration: the difference is
+  one update's time in training, which bounds the steps/s that cutting everything
+  else could reach. Needs the peers venv; skipped without rejax.
+- `defaults`: `DQN` and `IQN` at their defaults (500,000 steps), 4 seeds vmapped:
+  each seed's mean return over the last 5% of iterations against the learning bar
+  (>= 400 on 3 of 4 seeds).
 
     .venv-peers/bin/python benchmarks/value_based.py            # everything
     .venv/bin/python benchmarks/value_based.py --parts buffer defaults
-    .venv-peers/bin/python benchmarks/value_based.py --parts peers --pairs 5 \
-        --dqn-steps 100000 --iqn-steps 20000
-    .venv/bin/python benchmarks/value_based.py --parts buffer defaults \
-        --capacities 1000 --seeds 1 --defaults-steps 20000  # a quick check
+    .venv-peers/bin/python benchmarks/value_based.py --parts peers --pairs 5
 """
 
 import argparse
@@ -54,6 +40,7 @@ from _harness import (
     alternate,
     block,
     evaluate_rejax,
+    greedy_return,
     last_part,
     print_comparison,
     rejax_program,
@@ -253,34 +240,6 @@ def eqxrl_iqn_on_rejax_settings(total_timesteps: int) -> eqxrl.IQN:
     # fmt: on
 
 
-def evaluate_eqxrl(policy: eqxrl.nn.AbstractPolicy, key, episodes: int = 128):
-    """Mean return of `episodes` CartPole-v1 episodes under `policy`."""
-    env = eqxrl.envs.make("CartPole-v1")
-
-    @jax.jit
-    def run(policy, key):
-        def episode(key):
-            reset_key, key = jr.split(key)
-            state, timestep = env.reset(reset_key)
-
-            def step(carry, key):
-                state, timestep, total, alive = carry
-                act_key, step_key = jr.split(key)
-                action = policy(timestep.observation, act_key)
-                state, timestep = env.step(state, action, step_key)
-                total = total + jnp.where(alive, timestep.reward, 0.0)
-                alive = alive & ~(timestep.terminated | timestep.truncated)
-                return (state, timestep, total, alive), None
-
-            carry = (state, timestep, jnp.float32(0), jnp.bool_(True))
-            carry, _ = lax.scan(step, carry, jr.split(key, 500))
-            return carry[2]
-
-        return jax.vmap(episode)(jr.split(key, episodes)).mean()
-
-    return float(run(policy, key))
-
-
 def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
     make = {"DQN": eqxrl_dqn_on_rejax_settings, "IQN": eqxrl_iqn_on_rejax_settings}
     ours = make[name](total_timesteps)
@@ -305,7 +264,7 @@ def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
     )
     print(
         f"  final greedy return (128 episodes, last round): eqxrl "
-        f"{evaluate_eqxrl(policy, jr.key(123)):.1f}, rejax "
+        f"{greedy_return(policy, ours.env, 0, 128):.1f}, rejax "
         f"{evaluate_rejax(programs['rejax'], peer_state, 0):.1f}"
     )
     if "doubled" not in programs:
