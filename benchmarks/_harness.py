@@ -191,9 +191,8 @@ def alternate(
     for name, program in programs.items():
         if warmup is None or name in warmup:
             program.run(0)
-    result = Alternation(programs, {name: [] for name in programs})
-    result.facts = {name: [] for name in programs}
     names = list(programs)
+    result = Alternation(programs, {n: [] for n in names}, {n: [] for n in names})
     for index in range(pairs):
         seed = first_seed + index
         for name in names if index % 2 == 0 else names[::-1]:
