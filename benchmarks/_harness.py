@@ -75,6 +75,7 @@ class Program:
     - `facts(output, seed) -> dict`: what to read from a run's output (a final
       return), after the clock stops.
     - `compiled`: the compiled program, where there is one (memory, HLO).
+    - `evaluate(output, seed) -> float`: a peer's own evaluation of a run's output.
     """
 
     run: Callable[[int], tuple[float, Any]]
@@ -82,6 +83,7 @@ class Program:
     compile_seconds: float = 0.0
     facts: Callable[[Any, int], dict] | None = None
     compiled: Any = None
+    evaluate: Callable[[Any, int], float] | None = None
 
 
 def compile_program(
@@ -465,7 +467,8 @@ def purejaxrl_program(
 def rejax_program(name: str, config: dict, total_timesteps: int) -> Program:
     """rejax's `name` (`"DQN"`, `"IQN"`, `"TD3"`, ...) with `config`, training
     alone: its periodic evaluation a no-op over the whole run. A run's output is
-    the final training state; `evaluate_rejax` scores it with rejax's evaluator."""
+    the final training state, which its `evaluate` scores with rejax's own
+    evaluation (keys `10_000 + seed`)."""
     import rejax
 
     original = getattr(rejax, name).create(
@@ -478,15 +481,13 @@ def rejax_program(name: str, config: dict, total_timesteps: int) -> Program:
     )
     train = jax.jit(lambda key: algorithm.train(key)[0])
     program = compile_program(train, lambda seed: (jr.key(seed),), total_timesteps)
-    program.compiled = original  # what `evaluate_rejax` evaluates with
+
+    def evaluate(state: Any, seed: int) -> float:
+        _, returns = original.eval_callback(original, state, jr.key(10_000 + seed))
+        return float(np.mean(returns))
+
+    program.evaluate = evaluate
     return program
-
-
-def evaluate_rejax(program: Program, state: Any, seed: int) -> float:
-    """rejax's own evaluation of a `rejax_program`'s final state."""
-    original = program.compiled
-    _, returns = original.eval_callback(original, state, jr.key(10_000 + seed))
-    return float(np.mean(returns))
 
 
 def provide_device_put_replicated() -> None:

@@ -25,7 +25,6 @@ import jax.random as jr
 import numpy as np
 from _harness import (
     alternate,
-    evaluate_rejax,
     final_return,
     greedy_return,
     missing,
@@ -110,7 +109,7 @@ def run_peers_part(total_timesteps: int, pairs: int, episodes: int) -> None:
     )
     print(f"  rejax config: {REJAX_TD3}")
     rejax = rejax_program("TD3", REJAX_TD3, total_timesteps)
-    rejax.facts = lambda state, seed: {"return": evaluate_rejax(rejax, state, seed)}
+    rejax.facts = lambda state, seed: {"return": rejax.evaluate(state, seed)}
 
     def our_facts(state, seed: int) -> dict:
         policy = ours.policy(state, deterministic=True)

@@ -39,7 +39,6 @@ import jax.random as jr
 from _harness import (
     alternate,
     block,
-    evaluate_rejax,
     greedy_return,
     last_part,
     print_comparison,
@@ -265,7 +264,7 @@ def compare_with_rejax(name: str, total_timesteps: int, pairs: int) -> None:
     print(
         f"  final greedy return (128 episodes, last round): eqxrl "
         f"{greedy_return(policy, ours.env, 0, 128):.1f}, rejax "
-        f"{evaluate_rejax(programs['rejax'], peer_state, 0):.1f}"
+        f"{programs['rejax'].evaluate(peer_state, 0):.1f}"
     )
     if "doubled" not in programs:
         return  # one update per iteration: it runs without a loop, doubling adds one
