@@ -432,3 +432,30 @@ def test_benchmark_runs_and_prints_its_figures(run, monkeypatch, run_script):
         # about 2.1 MFLOP per agent and turn, an update about 0.7 GFLOP per agent.
         tera_flops = figures(patterns[1], output)[0]
         assert 1.6 < tera_flops < 2.1, output
+
+
+def test_harness_alternates_sides_and_keeps_compile_time_apart(monkeypatch):
+    """Every side once untimed, then rounds in alternating order (A B, then B A);
+    rates come from the timed runs alone, never from the compile."""
+    monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
+    import _harness
+
+    runs = []
+
+    def program(name: str, seconds: float) -> _harness.Program:
+        def run(seed):
+            runs.append((name, seed))
+            return seconds, seed
+
+        return _harness.Program(run, 10.0, 99.0, lambda out, seed: {"out": out})
+
+    programs = {"ours": program("ours", 1.0), "peer": program("peer", 2.0)}
+    result = _harness.alternate(programs, 3, unit=None)
+    assert runs == [("ours", 0), ("peer", 0)] + [
+        ("ours", 1), ("peer", 1), ("peer", 2), ("ours", 2), ("ours", 3), ("peer", 3)
+    ]  # fmt: skip
+    assert result.rates("ours") == [10.0] * 3
+    assert result.ratios("ours", "peer") == [2.0] * 3
+    assert result.fact("peer", "out") == [1, 2, 3]
+    summary = result.summary("ours", "peer")
+    assert (summary["median"], summary["ours_compile"]) == (2.0, 99.0)
