@@ -128,10 +128,13 @@ SAC_GAPS = (
 )
 
 
-def brax_program(algo: str, brax_env: Any, settings: dict[str, Any]) -> Program:
-    """Brax's trainer, a run per seed: its steps/s from its third epoch on, the
-    estimated compile time, and the final deterministic evaluation return (a run's
-    seconds: its steps at that rate)."""
+def brax_program(
+    algo: str, brax_env: Any, settings: dict[str, Any], **extra
+) -> Program:
+    """Brax's trainer (`extra`: more of its arguments), a run per seed: its steps/s
+    from its third epoch on, the estimated compile time, the final deterministic
+    evaluation return, and the trained policy's `make_policy` and `params` (a
+    run's seconds: its steps at that rate)."""
     if algo == "ppo":
         from brax.training.agents.ppo import train as trainer
     else:
@@ -147,13 +150,15 @@ def brax_program(algo: str, brax_env: Any, settings: dict[str, Any]) -> Program:
         progress: list[tuple[int, dict]] = []
         arguments = {**settings, "seed": seed, "deterministic_eval": True}
         with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
-            _, _, metrics = trainer.train(
+            make_policy, params, metrics = trainer.train(
                 environment=brax_env,
                 progress_fn=lambda step, m: progress.append((step, dict(m))),
                 **arguments,
+                **extra,
             )
         rate = brax_epochs_rate(progress, prefill)
         rate["final_return"] = float(metrics["eval/episode_reward"])
+        rate.update(make_policy=make_policy, params=params)
         return rate["steps"] / rate["steps_per_second"], rate
 
     return Program(run, 0, facts=lambda out, seed: out)

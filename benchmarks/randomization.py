@@ -50,23 +50,18 @@ import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
-from _harness import (
-    Program,
-    alternate,
-    brax_epochs_rate,
-    greedy_return,
-    lowered_program,
-    provide_device_put_replicated,
-)
+from _harness import alternate, greedy_return, lowered_program
 
 try:
-    from brax.training.agents.ppo import networks as ppo_networks, train as brax_ppo
+    from brax.training.agents.ppo import networks as ppo_networks
     from mujoco_playground import registry, wrapper
 except ImportError:
     raise SystemExit(
         "this benchmark needs Brax and MuJoCo Playground: run it with "
         ".venv-brax/bin/python"
     ) from None
+
+from brax_trainers import brax_program, provide_device_put_replicated
 
 import eqxrl
 from eqxrl.envs import TimeLimit, brax_randomization, from_brax
@@ -130,31 +125,6 @@ class BraxPolicy(eqxrl.nn.AbstractPolicy):
         return action[0]
 
 
-def brax_program(env: Any, settings: dict, steps: int) -> Program:
-    """Brax's PPO, a training run per seed: steps/s from its third epoch on (its
-    first two compile), the estimated compile time, and the trained greedy policy
-    (a run's seconds: its steps at that rate)."""
-
-    def run(seed: int):
-        progress: list[tuple[int, dict]] = []
-        with jax.numpy_rank_promotion("allow"):  # Brax's normalizer broadcasts
-            make_policy, params, _ = brax_ppo.train(
-                environment=env,
-                randomization_fn=randomize,
-                wrap_env_fn=wrapper.wrap_for_brax_training,
-                progress_fn=lambda step, m: progress.append((step, dict(m))),
-                seed=seed,
-                **settings,
-            )
-        out = brax_epochs_rate(progress)
-        if out["steps"] != steps:
-            raise RuntimeError(f"Brax ran {out['steps']:,} steps, eqxrl {steps:,}")
-        out["policy"] = BraxPolicy(params, make_policy)
-        return steps / out["steps_per_second"], out
-
-    return Program(run, steps)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=None, help="rounds (default 4)")
@@ -204,13 +174,20 @@ def main() -> None:
         f"{ours.compile_seconds:.1f} s",
         flush=True,
     )
-    theirs = brax_program(env, settings, steps)
+    theirs = brax_program(
+        "ppo", env, settings, randomization_fn=randomize,
+        wrap_env_fn=wrapper.wrap_for_brax_training,
+    )  # fmt: skip
+    theirs.work = steps
     theirs.facts = lambda out, seed: {
-        **held_out(out["policy"], seed),
+        **held_out(BraxPolicy(out["params"], out["make_policy"]), seed),
         "compile_seconds": out["compile_seconds"],
+        "steps": out["steps"],
     }
     programs = {"eqxrl": ours, "Brax": theirs}
     result = alternate(programs, pairs, warmup=(), first_seed=0)
+    if any(f["steps"] != steps for f in result.facts["Brax"]):
+        raise RuntimeError(f"Brax ran other than eqxrl's {steps:,} steps")
     ratios = result.ratios("eqxrl", "Brax")
     returns = {name: result.fact(name, "return") for name in programs}
     summary = dict(
