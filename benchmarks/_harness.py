@@ -301,7 +301,7 @@ def train_seeds(
 def greedy_return(policy: Any, env: Any, seed: int, episodes: int, **options) -> float:
     """The mean return of `policy` over `episodes` episodes of `env`
     (`eqxrl.training.evaluate`), on keys no training run uses (`10_000 + seed`)."""
-    import eqxrl
+    import eqxrl  # here: `bench_check.py`'s parent process has no eqxrl of its own
 
     result = eqxrl.training.evaluate(
         policy, env, jr.key(10_000 + seed), num_episodes=episodes, **options
