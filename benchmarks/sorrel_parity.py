@@ -50,7 +50,6 @@ import argparse
 import collections
 import math
 import sys
-import time
 
 import equinox as eqx
 import jax
@@ -58,6 +57,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import torch
+from _harness import timed
 
 import eqxrl
 
@@ -509,8 +509,9 @@ def main() -> None:
     total = 0
     try:
         for name in args.configs:
-            start = time.perf_counter()
-            result = run_config(name, args.episodes, args.turns, args.seed)
+            seconds, result = timed(
+                run_config, name, args.episodes, args.turns, args.seed
+            )
             counts = result["counts"]
             total += counts["turns"]
             kwargs, encoding = CONFIGS[name]
@@ -525,7 +526,7 @@ def main() -> None:
             print(
                 f"\n{name}: {env.height}x{env.width}, {env.num_agents} agents, "
                 f"{encoding}, spawn probability {float(env.spawn_probability):g} "
-                f"({time.perf_counter() - start:.1f} s)"
+                f"({seconds:.1f} s)"
             )
             print(report)
             print(
