@@ -182,7 +182,8 @@ def test_truncation_bootstraps_from_the_final_observation():
     dqn = eqxrl.DQN(env=env, **{**SMALL, "num_envs": 2, "train_frequency": 12})
     state = dqn.init(jr.key(0))
     keys = jr.split(jr.key(1), 3)
-    _, _, buffer, _ = eqx.filter_jit(dqn._collect)(state, *keys)  # 12 steps
+    state, _, _ = eqx.filter_jit(dqn.collect)(state, *keys)  # 12 steps
+    buffer = state.buffer
     data = buffer.transitions
     truncated = np.asarray(data.truncated)[:12]
     terminated = np.asarray(data.terminated)[:12]
@@ -207,7 +208,8 @@ def test_truncation_ends_the_target_without_bootstrap_when_asked():
     )
     state = dqn.init(jr.key(0))
     keys = jr.split(jr.key(1), 3)
-    _, _, buffer, _ = eqx.filter_jit(dqn._collect)(state, *keys)  # 12 steps
+    state, _, _ = eqx.filter_jit(dqn.collect)(state, *keys)  # 12 steps
+    buffer = state.buffer
     data = buffer.transitions
     terminated = np.asarray(data.terminated)[:12]
     assert terminated[[4, 9]].all() and terminated.sum() == 4  # 2 worlds x 2

@@ -212,10 +212,9 @@ def test_truncated_steps_store_the_final_observation():
     env = eqxrl.envs.TimeLimit(eqxrl.envs.make("Pendulum-v1").env, 5)
     sac = eqxrl.SAC(env=env, **{**SMALL, "num_envs": 2, "train_frequency": 12})
     state = sac.init(jr.key(0))
-    _, _, buffer, statistics, _ = eqx.filter_jit(sac._collect)(
-        state, *jr.split(jr.key(1), 3)
-    )
-    assert statistics is None  # no normalize_observations
+    state, _, _ = eqx.filter_jit(sac.collect)(state, *jr.split(jr.key(1), 3))
+    assert state.observation_statistics is None  # no normalize_observations
+    buffer = state.buffer
     data = buffer.transitions
     truncated = np.asarray(data.truncated)[:12]
     assert truncated[[4, 9]].all() and truncated.sum() == 4
@@ -235,8 +234,8 @@ def test_reward_scale_multiplies_the_reward_in_the_target(env):
     sac, scaled = small(env), small(env, reward_scale=10.0)
     actor, critic = eqx.filter_jit(sac.make_networks)(jr.key(0))
     state = eqx.filter_jit(sac.init)(jr.key(1))
-    _, _, buffer, _, _ = eqx.filter_jit(sac._collect)(state, *jr.split(jr.key(2), 3))
-    batch = buffer.gather(jnp.arange(8, dtype=jnp.int32), gamma=0.99)
+    state, _, _ = eqx.filter_jit(sac.collect)(state, *jr.split(jr.key(2), 3))
+    batch = state.buffer.gather(jnp.arange(8, dtype=jnp.int32), gamma=0.99)
     noise = jr.normal(jr.key(3), (8, 1))
     log_alpha = jnp.float32(0.0)
     target = eqx.filter_jit(

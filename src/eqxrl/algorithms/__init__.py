@@ -20,6 +20,7 @@ from ._dqn import DQN as DQN, huber_loss as huber_loss
 from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
 from ._metrics import (
     ended_episode_metrics as ended_episode_metrics,
+    ended_episodes as ended_episodes,
     episode_statistics as episode_statistics,
     iteration_episode_metrics as iteration_episode_metrics,
 )
@@ -60,7 +61,11 @@ from ._returns import (
     compute_gae as compute_gae,
     compute_q_lambda_returns as compute_q_lambda_returns,
 )
-from ._rollout import step_with_truncation_value as step_with_truncation_value
+from ._rollout import (
+    epsilon_greedy_collect as epsilon_greedy_collect,
+    epsilon_greedy_draws as epsilon_greedy_draws,
+    step_with_truncation_value as step_with_truncation_value,
+)
 from ._sac import SAC as SAC, SACState as SACState
 from ._schedules import learning_rate_schedule as learning_rate_schedule
 from ._td3 import (

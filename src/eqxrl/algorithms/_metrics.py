@@ -60,6 +60,27 @@ def episode_statistics(timestep: TimeStep) -> dict[str, Array | dict[str, Array]
     }
 
 
+def ended_episodes(
+    timestep: TimeStep,
+) -> tuple[Bool[Array, "*batch"], dict[str, Array | dict[str, Array]]]:
+    """Where a (batched) step ended an episode (`terminated | truncated`), and the
+    step's [`episode_statistics`][eqxrl.algorithms.episode_statistics]: what a
+    rollout keeps of each step for its episode metrics. Stacked over an iteration's
+    steps, they are the two arguments of
+    [`iteration_episode_metrics`][eqxrl.algorithms.iteration_episode_metrics].
+
+    **Arguments:**
+
+    - `timestep`: the timestep a step returned (inside
+      [`AutoReset`][eqxrl.envs.AutoReset] and `EpisodeStatistics`).
+
+    **Returns:**
+
+    `(done, statistics)`.
+    """
+    return timestep.terminated | timestep.truncated, episode_statistics(timestep)
+
+
 def iteration_episode_metrics(
     done: Bool[Array, "*batch"], statistics: dict[str, Array | dict[str, Array]]
 ) -> dict[str, Array]:

@@ -1,13 +1,14 @@
 """What the replay-based algorithms (DQN, IQN, SAC, TD3) share: their base class (the
-collection schedule's fields and what follows from them), the checks of that
-schedule, the per-step episode statistics, and the target networks' Polyak
-averaging and periodic copies; and what the continuous-control actor-critics (SAC,
-TD3) share on top: the collection with an exploring actor, the updates on
-minibatches gathered up front, and the iteration around them."""
+collection schedule's fields, what follows from them, and the iteration: collect,
+then update once `learning_starts` is reached), the checks of that schedule, and the
+target networks' Polyak averaging and periodic copies; and what the
+continuous-control actor-critics (SAC, TD3) share on top: the collection with an
+exploring actor and the updates on minibatches gathered up front."""
 
 import abc
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -34,18 +35,29 @@ from ..envs import (
 from ..nn import RunningMeanStd
 from ._base import AbstractAlgorithm, StateT, with_replay_environment_axes
 from ._checks import refuse_auto_reset
-from ._metrics import episode_statistics, iteration_episode_metrics
+from ._metrics import ended_episodes, iteration_episode_metrics
 
 
 class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
     """What the replay-based algorithms ([`DQN`][eqxrl.DQN], [`IQN`][eqxrl.IQN]
     through [`AbstractQLearning`][eqxrl.algorithms.AbstractQLearning], and
-    [`SAC`][eqxrl.SAC]) share: an iteration steps `num_envs` auto-resetting
-    environments `train_frequency` times, adds every step to a replay buffer of
-    `buffer_size` transitions, and (once `learning_starts` environment steps are
-    collected) runs `gradient_steps` updates on minibatches of `batch_size`. The
-    fields below come first in every subclass, in this order; a subclass changes
-    their defaults by declaring them again, and adds its network, loss and update.
+    [`SAC`][eqxrl.SAC], [`TD3`][eqxrl.TD3] and [`DDPG`][eqxrl.DDPG] through
+    [`AbstractOffPolicyActorCritic`][eqxrl.algorithms.AbstractOffPolicyActorCritic])
+    share: the schedule and the iteration. An iteration
+
+    1. steps `num_envs` auto-resetting environments `train_frequency` times and
+       adds every step to a replay buffer of `buffer_size` transitions
+       (`collect`);
+    2. once `learning_starts` environment steps are collected, runs
+       `gradient_steps` updates on minibatches of `batch_size` (`update`), the
+       target networks following the online ones;
+    3. reports the episodes that ended, the update statistics and the algorithm's
+       own `iteration_metrics`.
+
+    The fields below come first in every subclass, in this order; a subclass changes
+    their defaults by declaring them again. It adds its networks and their update
+    rule, and writes `collect` and `update`. Its state has (at least) `buffer`,
+    `env_state`, `timestep`, `key`, `iteration` and `num_updates` fields.
 
     **Arguments:**
 
@@ -86,6 +98,133 @@ class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
         step of every environment."""
         return self.buffer_size // self.num_envs
 
+    def environment_axes(self, state: StateT) -> PyTree[int]:
+        """Environments come first in the environment states and timesteps, and
+        second in the replay buffer's `[capacity, num_envs, ...]` rows."""
+        return with_replay_environment_axes(super().environment_axes(state), state)
+
+    # -------------------------------------------------------------- iteration
+    @abc.abstractmethod
+    def collect(
+        self,
+        state: StateT,
+        action_key: PRNGKeyArray,
+        uniform_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
+    ) -> tuple[StateT, tuple[Bool[Array, "..."], dict[str, Any]], dict[str, Array]]:
+        """`train_frequency` steps of every environment, each added to the replay
+        buffer.
+
+        **Arguments:**
+
+        - `state`: the state before the iteration.
+        - `action_key`, `uniform_key`, `step_key`: PRNG keys of the actions'
+          randomness, of the uniform numbers that explore, and of the
+          environments' steps.
+
+        **Returns:**
+
+        `(state, episodes, statistics)`: the state with its environments, their
+        latest timesteps and the buffer advanced (and whatever else collecting
+        changes); the steps' [`ended_episodes`][eqxrl.algorithms.ended_episodes]
+        stacked (`[train_frequency, num_envs]`); and any other per-step
+        statistics that `iteration_metrics` reads.
+        """
+
+    @abc.abstractmethod
+    def update(
+        self,
+        state: StateT,
+        learning: Bool[Array, ""],
+        sample_key: PRNGKeyArray,
+        update_key: PRNGKeyArray,
+    ) -> tuple[StateT, dict[str, Array]]:
+        """The iteration's updates: if `learning`, `gradient_steps` updates on
+        minibatches sampled with `sample_key` (`update_key`: the updates' own
+        randomness), else none (see `update_if_learning`).
+
+        **Returns:**
+
+        `(state, statistics)`: the state with its networks, optimizer states and
+        `num_updates` advanced, and the update statistics (scalars, NaN when not
+        `learning`).
+        """
+
+    def update_if_learning(
+        self,
+        learning: Bool[Array, ""],
+        learner: PyTree,
+        num_updates: Int[Array, ""],
+        update: Callable[[PyTree], tuple[PyTree, dict[str, Array]]],
+        skipped_statistics: Callable[[], dict[str, Array]],
+    ) -> tuple[PyTree, Int[Array, ""], dict[str, Array]]:
+        """`update(learner) -> (learner, statistics)` if `learning`, else the
+        learner as it is with `skipped_statistics()` (NaNs shaped like the
+        update's): one `lax.cond`, so keep `learning` unbatched under `vmap` for
+        the skip to stay a skip.
+
+        **Returns:**
+
+        `(learner, num_updates, statistics)`, `num_updates` advanced by
+        `gradient_steps` when `learning`.
+        """
+        dynamic, static = eqx.partition(learner, eqx.is_array)
+
+        def learn(dynamic):
+            learner, statistics = update(eqx.combine(dynamic, static))
+            return eqx.partition(learner, eqx.is_array)[0], statistics
+
+        def skip(dynamic):
+            return dynamic, skipped_statistics()
+
+        dynamic, statistics = lax.cond(learning, learn, skip, dynamic)
+        num_updates = num_updates + jnp.where(learning, self.gradient_steps, 0)
+        return eqx.combine(dynamic, static), num_updates, statistics
+
+    def iteration_metrics(
+        self,
+        state: StateT,
+        collected: Int[Array, ""],
+        statistics: dict[str, Array],
+    ) -> dict[str, Array]:
+        """Metrics of an iteration beyond its episodes and update statistics (none
+        by default), from the `state` after its updates, the environment steps
+        `collected` by its end, and the per-step `statistics` of `collect`."""
+        return {}
+
+    def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
+        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
+        steps are collected) run `gradient_steps` updates.
+
+        **Returns:**
+
+        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
+        return of the episodes that ended during the iteration, NaN when none did),
+        `episode_length`, `episode_count`, the environment's own metrics, the
+        update statistics (means over the iteration's updates, NaN before learning
+        starts) and the `iteration_metrics`.
+        """
+        key, action_key, uniform_key, step_key, sample_key, update_key = random_split(
+            state.key, 6
+        )
+        state, episodes, statistics = self.collect(
+            state, action_key, uniform_key, step_key
+        )
+        collected = (state.iteration + 1) * self.steps_per_iteration
+        learning = collected >= self.learning_starts
+        state, update_statistics = self.update(state, learning, sample_key, update_key)
+
+        metrics = iteration_episode_metrics(*episodes)
+        metrics.update(update_statistics)
+        metrics.update(self.iteration_metrics(state, collected, statistics))
+        state = dataclasses.replace(
+            state,
+            key=key,
+            iteration=state.iteration + 1,
+            num_updates=state.num_updates.astype(jnp.int32),
+        )
+        return state, metrics
+
 
 def check_replay_schedule(
     name: str,
@@ -105,11 +244,21 @@ def check_replay_schedule(
     - `algorithm`: it (its `num_envs`, `total_timesteps`, `buffer_size`,
       `batch_size`, `learning_starts`, `hidden_sizes`, `steps_per_iteration`,
       `num_iterations`).
-    - `positive_fields`: the fields that must be positive integers.
+    - `positive_fields`: the fields beyond the schedule's sizes (`num_envs`,
+      `total_timesteps`, `buffer_size`, `train_frequency`, `gradient_steps`,
+      `batch_size`) that must be positive integers.
     - `min_buffer_size`: the smallest `buffer_size` it can work with, which
       `min_buffer_text` explains.
     """
-    for field in positive_fields:
+    schedule_sizes = (
+        "num_envs",
+        "total_timesteps",
+        "buffer_size",
+        "train_frequency",
+        "gradient_steps",
+        "batch_size",
+    )
+    for field in (*schedule_sizes, *positive_fields):
         value = getattr(algorithm, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: {field}={value!r} must be a positive int.")
@@ -159,15 +308,6 @@ def check_replay_schedule(
         )
 
 
-def episode_step_statistics(next_timestep: TimeStep) -> dict[str, Array]:
-    """What `iteration_episode_metrics` needs of a (batched) step: whether an
-    episode ended, and its `episode_statistics`."""
-    return {
-        "done": next_timestep.terminated | next_timestep.truncated,
-        **episode_statistics(next_timestep),
-    }
-
-
 def polyak_update(
     online: PyTree[Array],
     target: PyTree[Array],
@@ -214,18 +354,18 @@ def normalize_batch(
 
 class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
     """What the continuous-control actor-critics ([`SAC`][eqxrl.SAC] and
-    [`TD3`][eqxrl.TD3]) share on top of the replay schedule of
+    [`TD3`][eqxrl.TD3]) share on top of the replay schedule and iteration of
     [`AbstractOffPolicyAlgorithm`][eqxrl.algorithms.AbstractOffPolicyAlgorithm]:
     one `Box` action space with finite bounds, `Box` observations, an actor whose
     actions lie in `[-1, 1]` (stored so in the buffer, seen so by the critics, mapped
     onto the bounds only to step the environment), optional running observation
-    normalization, and the iteration:
+    normalization, and the two halves of the iteration:
 
-    1. collect `train_frequency` steps of every environment, acting with
+    1. `collect`: `train_frequency` steps of every environment, acting with
        uniformly random actions before `learning_starts` and with
        `exploration_action` after, each step added to the replay buffer;
-    2. once `learning_starts` steps are collected, `gradient_steps` calls of
-       `gradient_step` on minibatches drawn and gathered up front.
+    2. `update`: once `learning_starts` steps are collected, `gradient_steps`
+       calls of `gradient_step` on minibatches drawn and gathered up front.
 
     A subclass declares `gamma`, `learning_rate`, `hidden_sizes`,
     `normalize_observations` and `reward_scale` (its own defaults), a state with
@@ -274,15 +414,7 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
         check_replay_schedule(
             name,
             self,
-            positive_fields=(
-                "num_envs",
-                "total_timesteps",
-                "buffer_size",
-                "train_frequency",
-                "gradient_steps",
-                "batch_size",
-                *positive_fields,
-            ),
+            positive_fields=positive_fields,
             min_buffer_size=self.num_envs,
             min_buffer_text=f"one step of every environment (num_envs={self.num_envs})",
         )
@@ -363,11 +495,6 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
             return None
         return RunningMeanStd.zeros(self.env.observation_space.shape)
 
-    def environment_axes(self, state: StateT) -> PyTree[int]:
-        """Environments come first in the environment states and timesteps, and
-        second in the replay buffer's `[capacity, num_envs, ...]` rows."""
-        return with_replay_environment_axes(super().environment_axes(state), state)
-
     def diverged(self, state: StateT, metrics: dict[str, Array]) -> Bool[Array, ""]:
         """Whether a loss is NaN or infinite on an iteration with updates (they are
         NaN by design on iterations without, before `learning_starts`)."""
@@ -399,22 +526,20 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
         their own state."""
         return optax.adam(self.learning_rate)
 
-    def iteration_metrics(self, learner: Any) -> dict[str, Array]:
-        """Metrics of the learner after an iteration's updates, beyond the update
-        statistics (none by default)."""
-        return {}
-
-    def _collect(
+    def collect(
         self,
-        state: Any,
+        state: StateT,
         noise_key: PRNGKeyArray,
         uniform_key: PRNGKeyArray,
         step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, ReplayBuffer, RunningMeanStd | None, dict[str, Array]]:
+    ) -> tuple[StateT, tuple[Bool[Array, "..."], dict[str, Any]], dict[str, Array]]:
         """`train_frequency` steps of every environment, each added to the buffer:
-        `exploration_action`s, or uniformly random actions before `learning_starts`.
-        With `normalize_observations`, each step's observations then join the
-        statistics. The randomness of all the steps is drawn up front."""
+        `exploration_action`s (from standard normal noise drawn with
+        `noise_key`), or uniformly random actions before `learning_starts`. With
+        `normalize_observations`, each step's observations then join the
+        statistics. The randomness of all the steps is drawn up front; see
+        [`AbstractOffPolicyAlgorithm.collect`][eqxrl.algorithms.AbstractOffPolicyAlgorithm.collect]
+        for what it returns (no other per-step statistics)."""
         explore = eqx.filter_vmap(self.exploration_action, in_axes=(None, 0, 0))
         rescale = jax.vmap(self.policy(state).to_bounds)
         transition = jax.vmap(self._transition)
@@ -432,35 +557,40 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
             env_state, next_timestep = step_environments(
                 env_state, rescale(action), step_keys
             )
-            statistics = episode_step_statistics(next_timestep)
+            episodes = ended_episodes(next_timestep)
             buffer = buffer.add(transition(timestep, action, next_timestep))
             if observation_statistics is not None:
                 observation_statistics = observation_statistics.update(
                     timestep.observation
                 )
             carry = (env_state, next_timestep, buffer, observation_statistics)
-            return carry, statistics
+            return carry, episodes
 
-        (env_state, timestep, buffer, observation_statistics), statistics = (
-            scan_or_step(
-                step,
-                (
-                    state.env_state,
-                    state.timestep,
-                    state.buffer,
-                    state.observation_statistics,
-                ),
-                (
-                    jnp.arange(self.train_frequency, dtype=jnp.int32),
-                    jr.normal(noise_key, (*shape, self.action_size), jnp.float32),
-                    random_uniform(uniform_key, (*shape, self.action_size)),
-                    random_split(step_key, shape),
-                ),
-            )
+        (env_state, timestep, buffer, observation_statistics), episodes = scan_or_step(
+            step,
+            (
+                state.env_state,
+                state.timestep,
+                state.buffer,
+                state.observation_statistics,
+            ),
+            (
+                jnp.arange(self.train_frequency, dtype=jnp.int32),
+                jr.normal(noise_key, (*shape, self.action_size), jnp.float32),
+                random_uniform(uniform_key, (*shape, self.action_size)),
+                random_split(step_key, shape),
+            ),
         )
-        return env_state, timestep, buffer, observation_statistics, statistics
+        state = dataclasses.replace(
+            state,
+            env_state=env_state,
+            timestep=timestep,
+            buffer=buffer,
+            observation_statistics=observation_statistics,
+        )
+        return state, episodes, {}
 
-    def _update(
+    def _gradient_steps(
         self,
         learner: Any,
         num_updates: Int[Array, ""],
@@ -518,64 +648,41 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
         their means."""
         return jtu.tree_map(jnp.mean, statistics)
 
-    def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
-        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
-        steps are collected) run `gradient_steps` updates.
-
-        **Returns:**
-
-        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
-        return of the episodes that ended during the iteration, NaN when none did),
-        `episode_length`, `episode_count`, the update statistics (means over the
-        iteration's updates, NaN before learning starts; the class docstring lists
-        them) and the `iteration_metrics`.
-        """
-        key, noise_key, uniform_key, step_key, sample_key, update_key = random_split(
-            state.key, 6
-        )
-        env_state, timestep, buffer, observation_statistics, statistics = self._collect(
-            state, noise_key, uniform_key, step_key
-        )
-
-        collected = (state.iteration + 1) * self.steps_per_iteration
-        learning = collected >= self.learning_starts
+    def update(
+        self,
+        state: StateT,
+        learning: Bool[Array, ""],
+        sample_key: PRNGKeyArray,
+        noise_key: PRNGKeyArray,
+    ) -> tuple[StateT, dict[str, Array]]:
+        """If `learning`, `gradient_steps` calls of `gradient_step` on minibatches
+        drawn with `sample_key` (`noise_key`: their standard normal draws), with
+        the `update_metric_names` statistics averaged by `summarize_updates`."""
         learner_fields = [field.name for field in dataclasses.fields(self.learner_type)]
         learner = self.learner_type(
             **{name: getattr(state, name) for name in learner_fields}
         )
-        dynamic, static = eqx.partition(learner, eqx.is_array)
 
-        def update(dynamic):
-            learner, update_statistics = self._update(
-                eqx.combine(dynamic, static),
+        def gradient_steps(learner):
+            return self._gradient_steps(
+                learner,
                 state.num_updates,
-                buffer,
-                observation_statistics,
+                state.buffer,
+                state.observation_statistics,
                 sample_key,
-                update_key,
+                noise_key,
             )
-            return eqx.partition(learner, eqx.is_array)[0], update_statistics
 
-        def skip(dynamic):
+        def skipped_statistics():
             nan = jnp.full((), jnp.nan, jnp.float32)
-            return dynamic, {name: nan for name in self.update_metric_names}
+            return {name: nan for name in self.update_metric_names}
 
-        dynamic, update_statistics = lax.cond(learning, update, skip, dynamic)
-        learner = eqx.combine(dynamic, static)
-        num_updates = state.num_updates + jnp.where(learning, self.gradient_steps, 0)
-
-        metrics = iteration_episode_metrics(statistics["done"], statistics)
-        metrics.update(update_statistics)
-        metrics.update(self.iteration_metrics(learner))
+        learner, num_updates, statistics = self.update_if_learning(
+            learning, learner, state.num_updates, gradient_steps, skipped_statistics
+        )
         state = dataclasses.replace(
             state,
             **{name: getattr(learner, name) for name in learner_fields},
-            buffer=buffer,
-            env_state=env_state,
-            timestep=timestep,
-            key=key,
-            iteration=state.iteration + 1,
-            num_updates=num_updates.astype(jnp.int32),
-            observation_statistics=observation_statistics,
+            num_updates=num_updates,
         )
-        return state, metrics
+        return state, statistics

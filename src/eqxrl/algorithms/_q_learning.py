@@ -1,11 +1,11 @@
 import abc
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
 import jax
-import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
@@ -14,7 +14,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray, PyT
 
 from .._config import in_range
 from .._filters import scan_or_step
-from .._random import split as random_split, uniform as random_uniform
+from .._random import split as random_split
 from ..buffers import ReplayBuffer, ReplaySample, ReplayTransition
 from ..envs import (
     AbstractEnvironment,
@@ -24,7 +24,6 @@ from ..envs import (
     EpisodeStatistics,
     TimeStep,
     num_agents_of,
-    skip_action_checks,
 )
 from ..nn import (
     AbstractQNetwork,
@@ -32,16 +31,16 @@ from ..nn import (
     epsilon_greedy_action,
     greedy_action,
 )
-from ._base import injected_learning_rate, with_replay_environment_axes
+from ._base import injected_learning_rate
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
-from ._metrics import iteration_episode_metrics
+from ._metrics import ended_episodes
 from ._off_policy import (
     AbstractOffPolicyAlgorithm,
     check_replay_schedule,
     copy_if_due,
-    episode_step_statistics,
     polyak_update,
 )
+from ._rollout import epsilon_greedy_collect, epsilon_greedy_draws
 from ._schedules import learning_rate_schedule
 
 
@@ -239,16 +238,7 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
         check_replay_schedule(
             name,
             self,
-            positive_fields=(
-                "num_envs",
-                "total_timesteps",
-                "buffer_size",
-                "train_frequency",
-                "gradient_steps",
-                "batch_size",
-                "n_step",
-                "target_update_interval",
-            ),
+            positive_fields=("n_step", "target_update_interval"),
             min_buffer_size=self.num_envs * max(self.n_step, 2),
             min_buffer_text=(
                 "num_envs * max(n_step, 2) = "
@@ -448,11 +438,6 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
         network, optimizer_state = self._initial_network(network_key)
         return self._initial_state(network, optimizer_state, None, timestep, state_key)
 
-    def environment_axes(self, state: QLearningState) -> PyTree[int]:
-        """Environments come first in the environment states and timesteps, and
-        second in the replay buffer's `[capacity, num_envs, ...]` rows."""
-        return with_replay_environment_axes(super().environment_axes(state), state)
-
     def diverged(
         self, state: QLearningState, metrics: dict[str, Array]
     ) -> Bool[Array, ""]:
@@ -538,11 +523,11 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
 
         **Returns:**
 
-        `(buffer, statistics)`: the buffer with one more row, and per environment
-        `done`, `episode_return`, `episode_length` (and `invalid_action` with
-        action masks) of the step.
+        `(buffer, statistics)`: the buffer with one more row, and with action
+        masks `invalid_action` per environment (whether the action taken was
+        masked; never, by construction), else nothing.
         """
-        statistics = episode_step_statistics(next_timestep)
+        statistics = {}
         if timestep.action_mask is not None:
             valid = jnp.take_along_axis(timestep.action_mask, action[:, None], axis=1)[
                 :, 0
@@ -551,54 +536,56 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
         buffer = buffer.add(jax.vmap(self._transition)(timestep, action, next_timestep))
         return buffer, statistics
 
-    def _collect(
+    def collect(
         self,
         state: QLearningState,
         value_key: PRNGKeyArray,
         uniform_key: PRNGKeyArray,
         step_key: PRNGKeyArray,
-    ) -> tuple[PyTree, TimeStep, ReplayBuffer, dict[str, Array]]:
-        """`train_frequency` steps of every environment, each added to the buffer.
-
-        The randomness of all the steps is drawn up front, in three PRNG calls
-        rather than several per step, with the hash computed inline
-        (`eqxrl._random`) instead of XLA's rolled threefry loop. Environments are
-        stepped through [`AutoReset`][eqxrl.envs.AutoReset] (resets computed only
-        on steps where an episode ended), without action checks (epsilon-greedy
-        actions are valid by construction).
+    ) -> tuple[QLearningState, tuple[Bool[Array, "..."], dict], dict[str, Array]]:
+        """`train_frequency` epsilon-greedy steps of every environment
+        ([`epsilon_greedy_collect`][eqxrl.algorithms.epsilon_greedy_collect]), each
+        added to the buffer (`store`); `value_key` draws the sampled action values
+        of a distributional network. Environments are stepped through
+        [`AutoReset`][eqxrl.envs.AutoReset] (resets computed only on steps where an
+        episode ended). See
+        [`AbstractOffPolicyAlgorithm.collect`][eqxrl.algorithms.AbstractOffPolicyAlgorithm.collect]
+        for what it returns; the other per-step statistics are `store`'s.
         """
-        step_environments = jax.vmap(self.training_env.step)
-        first_step = state.iteration * self.steps_per_iteration
-        shape = (self.train_frequency, self.num_envs)
 
-        def step(carry, inputs):
-            env_state, timestep, buffer = carry
-            index, value_keys, uniforms, step_keys = inputs
-            action = self.act(
-                state.network,
-                timestep,
-                first_step + index * self.num_envs,
-                value_keys,
-                uniforms,
-            )
-            env_state, next_timestep = step_environments(env_state, action, step_keys)
+        def act(carry, timestep, env_steps, value_keys, uniforms):
+            action = self.act(state.network, timestep, env_steps, value_keys, uniforms)
+            return carry, action
+
+        def record(buffer, timestep, action, next_timestep):
+            episodes = ended_episodes(next_timestep)
             buffer, statistics = self.store(buffer, timestep, action, next_timestep)
-            return (env_state, next_timestep, buffer), statistics
+            return buffer, next_timestep, (episodes, statistics)
 
-        with skip_action_checks():
-            (env_state, timestep, buffer), statistics = scan_or_step(
-                step,
-                (state.env_state, state.timestep, state.buffer),
-                (
-                    jnp.arange(self.train_frequency, dtype=jnp.int32),
-                    random_split(value_key, shape),
-                    random_uniform(uniform_key, shape),
-                    random_split(step_key, shape),
+        first_step = state.iteration * self.steps_per_iteration
+        (env_state, timestep, buffer, _), (episodes, statistics) = (
+            epsilon_greedy_collect(
+                act,
+                jax.vmap(self.training_env.step),
+                record,
+                (state.env_state, state.timestep, state.buffer, None),
+                epsilon_greedy_draws(
+                    value_key,
+                    uniform_key,
+                    step_key,
+                    self.train_frequency,
+                    self.num_envs,
                 ),
+                first_step,
+                self.num_envs,
             )
-        return env_state, timestep, buffer, statistics
+        )
+        state = dataclasses.replace(
+            state, env_state=env_state, timestep=timestep, buffer=buffer
+        )
+        return state, episodes, statistics
 
-    def _update(
+    def _gradient_steps(
         self,
         network: PyTree,
         target_network: PyTree,
@@ -711,16 +698,10 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
 
         if batch_size is None:
             batch_size = self.batch_size
-        dynamic, static = eqx.partition(
-            (network, target_network, optimizer_state), eqx.is_array
-        )
 
-        def update(dynamic):
-            network, target_network, optimizer_state = eqx.combine(dynamic, static)
-            *updated, loss_statistics = self._update(
-                network,
-                target_network,
-                optimizer_state,
+        def gradient_steps(learner):
+            *learner, loss_statistics = self._gradient_steps(
+                *learner,
                 num_updates,
                 buffer,
                 sample_key,
@@ -729,9 +710,9 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
                 gather,
                 batch_size,
             )
-            return eqx.partition(tuple(updated), eqx.is_array)[0], loss_statistics
+            return tuple(learner), loss_statistics
 
-        def skip(dynamic):
+        def skipped_statistics():
             # NaN statistics shaped like the loss's (traced abstractly: no compute).
             def loss_statistics():
                 batch = gather(buffer, buffer.sample_indices(sample_key, (batch_size,)))
@@ -741,69 +722,61 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
                 return {**statistics, "loss": value}
 
             shapes = jax.eval_shape(loss_statistics)
-            nan = jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
-            return dynamic, nan
+            return jtu.tree_map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
 
-        updated, loss_statistics = lax.cond(learning, update, skip, dynamic)
-        network, target_network, optimizer_state = eqx.combine(updated, static)
-        num_updates = num_updates + jnp.where(learning, self.gradient_steps, 0)
-        return network, target_network, optimizer_state, num_updates, loss_statistics
+        learner, num_updates, loss_statistics = self.update_if_learning(
+            learning,
+            (network, target_network, optimizer_state),
+            num_updates,
+            gradient_steps,
+            skipped_statistics,
+        )
+        return *learner, num_updates, loss_statistics
 
-    def train_iteration(
-        self, state: QLearningState
+    def update(
+        self,
+        state: QLearningState,
+        learning: Bool[Array, ""],
+        sample_key: PRNGKeyArray,
+        loss_key: PRNGKeyArray,
     ) -> tuple[QLearningState, dict[str, Array]]:
-        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
-        steps are collected) run `gradient_steps` updates.
-
-        **Returns:**
-
-        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
-        return of the episodes that ended during the iteration, NaN when none did),
-        `episode_length`, `episode_count`, the loss statistics (`loss`, `q_value`:
-        means over the iteration's updates, NaN before learning starts),
-        `epsilon` (of the iteration's last step), `learning_rate`, and with action
-        masks `invalid_action_count` (always 0: masked actions are never taken).
-        """
-        # The iteration's keys in one PRNG call.
-        key, value_key, uniform_key, step_key, sample_key, loss_key = random_split(
-            state.key, 6
+        """`learn` on the state's networks and buffer: if `learning`,
+        `gradient_steps` updates of the `loss` (statistics `loss`, `q_value`, ...:
+        means over the updates, NaN when not `learning`)."""
+        network, target_network, optimizer_state, num_updates, statistics = self.learn(
+            state.network,
+            state.target_network,
+            state.optimizer_state,
+            state.buffer,
+            learning,
+            state.num_updates,
+            sample_key,
+            loss_key,
         )
-        env_state, timestep, buffer, statistics = self._collect(
-            state, value_key, uniform_key, step_key
+        state = dataclasses.replace(
+            state,
+            network=network,
+            target_network=target_network,
+            optimizer_state=optimizer_state,
+            num_updates=num_updates,
         )
+        return state, statistics
 
-        collected = (state.iteration + 1) * self.steps_per_iteration
-        learning = collected >= self.learning_starts
-        network, target_network, optimizer_state, num_updates, loss_statistics = (
-            self.learn(
-                state.network,
-                state.target_network,
-                state.optimizer_state,
-                buffer,
-                learning,
-                state.num_updates,
-                sample_key,
-                loss_key,
-            )
-        )
-
-        metrics = iteration_episode_metrics(statistics["done"], statistics)
-        metrics.update(loss_statistics)
-        metrics["epsilon"] = self.epsilon(collected - self.num_envs)
-        metrics["learning_rate"] = self.current_learning_rate(optimizer_state)
+    def iteration_metrics(
+        self,
+        state: QLearningState,
+        collected: Int[Array, ""],
+        statistics: dict[str, Array],
+    ) -> dict[str, Array]:
+        """`epsilon` (of the iteration's last step), `learning_rate`, and with
+        action masks `invalid_action_count` (always 0: masked actions are never
+        taken)."""
+        metrics = {
+            "epsilon": self.epsilon(collected - self.num_envs),
+            "learning_rate": self.current_learning_rate(state.optimizer_state),
+        }
         if "invalid_action" in statistics:
             metrics["invalid_action_count"] = jnp.sum(
                 statistics["invalid_action"]
             ).astype(jnp.int32)
-        state = QLearningState(
-            network=network,
-            target_network=target_network,
-            optimizer_state=optimizer_state,
-            buffer=buffer,
-            env_state=env_state,
-            timestep=timestep,
-            key=key,
-            iteration=state.iteration + 1,
-            num_updates=num_updates.astype(jnp.int32),
-        )
-        return state, metrics
+        return metrics

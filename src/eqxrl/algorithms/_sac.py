@@ -439,9 +439,11 @@ class SAC(AbstractOffPolicyActorCritic[SACState]):
         """The actor's sample at one observation, from standard normal `noise`."""
         return actor.sample_and_log_prob(observation, noise)[0]
 
-    def iteration_metrics(self, learner: _Learner) -> dict[str, Array]:
+    def iteration_metrics(
+        self, state: SACState, collected: Int[Array, ""], statistics: dict[str, Array]
+    ) -> dict[str, Array]:
         """`alpha`: the temperature after the iteration's updates."""
-        return {"alpha": jnp.exp(learner.log_alpha)}
+        return {"alpha": jnp.exp(state.log_alpha)}
 
     def gradient_step(
         self,

@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..algorithms import (
     AbstractAlgorithm,
-    episode_statistics,
+    ended_episodes,
     iteration_episode_metrics,
 )
 from ..envs import (
@@ -272,10 +272,8 @@ class SharedObservations(AbstractAgentView):
         return with_agent_index(timestep.observation[0], 0, self.num_agents)
 
 
-def episode_ends(timestep: TimeStep) -> tuple[Array, dict[str, Any]]:
-    """What the team's episode metrics read of a step of every world: whether an
-    episode ended, and the step's `episode_statistics`."""
-    return timestep.terminated | timestep.truncated, episode_statistics(timestep)
+# The name value decomposition imports; the helper is the algorithms' own.
+episode_ends = ended_episodes
 
 
 def team_episode_metrics(
@@ -285,8 +283,8 @@ def team_episode_metrics(
     (`episode_return`, `[num_agents]`), their sum (`total_episode_return`, the
     team's return), the episodes' mean length and count, and the worlds' own
     metrics (domain parameters, a curriculum's difficulty): from the iteration's
-    `done` and its `episode_statistics` (`episode_return` `[steps, num_envs,
-    num_agents]`)."""
+    [`ended_episodes`][eqxrl.algorithms.ended_episodes] (`done` `[steps,
+    num_envs]`, `episode_return` `[steps, num_envs, num_agents]`)."""
     per_agent = jax.vmap(
         lambda r: iteration_episode_metrics(done, {**statistics, "episode_return": r})
     )(jnp.moveaxis(statistics["episode_return"], -1, 0))

@@ -15,6 +15,8 @@ from ..algorithms import (
     AbstractQLearning,
     PPOState,
     QLearningState,
+    ended_episodes,
+    epsilon_greedy_collect,
     step_with_truncation_value,
 )
 from ..buffers import ReplayBuffer
@@ -25,7 +27,6 @@ from ..envs import (
     TimeLimit,
     TimeStep,
     num_agents_of,
-    skip_action_checks,
     unwrap,
 )
 from ..nn import AbstractPolicy
@@ -33,7 +34,6 @@ from ._agents import (
     AbstractTeamAlgorithm,
     SharedObservations,
     agent_major,
-    episode_ends,
     every_agent_with_index,
     flat_with_agent_index,
     team_episode_metrics,
@@ -375,32 +375,31 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             learner.store, in_axes=(buffer_axes, 0, 0, 0), out_axes=(buffer_axes, 0)
         )
         step_worlds = jax.vmap(self.algorithm.training_env.step)
-        first_step = state.iteration * self.steps_per_iteration
 
-        def step(carry, inputs):
-            env_state, views, buffer = carry
-            index, value_keys, uniforms, step_keys = inputs
-            env_steps = first_step + index * num_envs
+        def act_every_agent(carry, views, env_steps, value_keys, uniforms):
             action = act(learners.network, views, env_steps, value_keys, uniforms)
-            joint = self._joint_action(action)
-            env_state, timestep = step_worlds(env_state, joint, step_keys)
+            return carry, action
+
+        def step_with_joint_action(env_state, action, step_keys):
+            return step_worlds(env_state, self._joint_action(action), step_keys)
+
+        def record(buffer, views, action, timestep):
             next_views = self._views(timestep)
             buffer, statistics = store(buffer, views, action, next_views)
-            episode = episode_ends(timestep)
+            episodes = ended_episodes(timestep)
             invalid = statistics.get("invalid_action")
-            return (env_state, next_views, buffer), (episode, invalid)
+            return buffer, next_views, (episodes, invalid)
 
-        with skip_action_checks():
-            (env_state, views, buffer), (episode, invalid) = scan_or_step(
-                step,
-                (state.env_state, learners.timestep, buffer),
-                (
-                    jnp.arange(num_steps, dtype=jnp.int32),
-                    value_keys,
-                    uniforms,
-                    step_keys,
-                ),
-            )
+        first_step = state.iteration * self.steps_per_iteration
+        (env_state, views, buffer, _), (episodes, invalid) = epsilon_greedy_collect(
+            act_every_agent,
+            step_with_joint_action,
+            record,
+            (state.env_state, learners.timestep, buffer, None),
+            (jnp.arange(num_steps, dtype=jnp.int32), value_keys, uniforms, step_keys),
+            first_step,
+            num_envs,
+        )
 
         collected = (state.iteration + 1) * self.steps_per_iteration
         learning = collected >= learner.learning_starts
@@ -436,7 +435,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
                 invalid = jnp.swapaxes(invalid, 1, 2)
             count = jnp.sum(invalid, axis=(0, 2)).astype(jnp.int32)
             metrics["invalid_action_count"] = count
-        metrics.update(team_episode_metrics(*episode))
+        metrics.update(team_episode_metrics(*episodes))
 
         # Through tree_at: a stack of states would fail QLearningState's
         # per-learner shape checks.
@@ -543,7 +542,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             return (env_state, next_views, network_carry), (
                 transition,
                 truncation,
-                episode_ends(timestep),
+                ended_episodes(timestep),
             )
 
         one_model = (
