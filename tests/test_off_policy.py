@@ -80,6 +80,16 @@ def test_derived_quantities():
     assert sac.num_iterations == 10_000
 
 
+@pytest.mark.parametrize(
+    "algorithm", [eqxrl.DQN, eqxrl.IQN, eqxrl.SAC, eqxrl.TD3, eqxrl.DDPG]
+)
+def test_one_iteration_serves_every_replay_based_algorithm(algorithm):
+    # Each writes how it collects and how it updates, not the iteration around them.
+    assert algorithm.train_iteration is AbstractOffPolicyAlgorithm.train_iteration
+    assert algorithm.collect is not AbstractOffPolicyAlgorithm.collect
+    assert algorithm.update is not AbstractOffPolicyAlgorithm.update
+
+
 ROLLOUT_SCHEDULE = (
     "env",
     "num_envs",
