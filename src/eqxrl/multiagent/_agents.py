@@ -12,7 +12,6 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..algorithms import (
     AbstractAlgorithm,
-    ended_episodes,
     iteration_episode_metrics,
 )
 from ..envs import (
@@ -270,10 +269,6 @@ class SharedObservations(AbstractAgentView):
 
     def first_agent_observation(self, timestep: TimeStep) -> Array:
         return with_agent_index(timestep.observation[0], 0, self.num_agents)
-
-
-# The name value decomposition imports; the helper is the algorithms' own.
-episode_ends = ended_episodes
 
 
 def team_episode_metrics(

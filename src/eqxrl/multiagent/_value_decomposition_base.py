@@ -13,9 +13,16 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from .._filters import scan_or_step
-from .._random import split as random_split, uniform as random_uniform
-from ..algorithms import DQN, AbstractAlgorithm, bootstrap_action_value, huber_loss
+from .._random import split as random_split
+from ..algorithms import (
+    DQN,
+    AbstractAlgorithm,
+    bootstrap_action_value,
+    ended_episodes,
+    epsilon_greedy_collect,
+    epsilon_greedy_draws,
+    huber_loss,
+)
 from ..buffers import ReplayBuffer, ReplaySample, ReplaySequence, ReplayTransition
 from ..envs import (
     AbstractEnvironment,
@@ -23,7 +30,6 @@ from ..envs import (
     EpisodeStatistics,
     TimeStep,
     global_state_space_of,
-    skip_action_checks,
 )
 from ..nn import (
     AbstractPolicy,
@@ -32,7 +38,7 @@ from ..nn import (
     reset_carry,
     sequence_batch_hint,
 )
-from ._agents import episode_ends, team_episode_metrics
+from ._agents import team_episode_metrics
 from ._joint_view import _JointObservation, _JointView
 from ._mixers import AbstractMixer
 from ._team_q_learning import AbstractTeamQLearning
@@ -481,47 +487,48 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
         key, value_key, uniform_key, step_key, sample_key, loss_key = random_split(
             state.key, 6
         )
-        shape = (dqn.train_frequency, num_envs)
         first_step = state.iteration * self.steps_per_iteration
         recurrent = state.carry is not None
         act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
         act_recurrent = eqx.filter_vmap(
             self._act_recurrent, in_axes=(None, 0, None, 0, 0)
         )
-        step_worlds = jax.vmap(self.training_env.step)
 
-        def step(carry, inputs):
-            env_state, timestep, buffer, agent_carry = carry
-            index, value_keys, uniforms, step_keys = inputs
-            epsilon = dqn.epsilon(first_step + index * num_envs)
+        def act_in_every_world(agent_carry, timestep, env_steps, value_keys, uniforms):
+            epsilon = dqn.epsilon(env_steps)
             if recurrent:
-                agent_carry, action = act_recurrent(
+                return act_recurrent(
                     state.agents, agent_carry, epsilon, timestep, uniforms
                 )
-            else:
-                action = act(state.agents, epsilon, timestep, value_keys, uniforms)
-            env_state, next_timestep = step_worlds(env_state, action, step_keys)
+            action = act(state.agents, epsilon, timestep, value_keys, uniforms)
+            return agent_carry, action
+
+        def record(buffer, timestep, action, next_timestep):
             if recurrent:  # the iteration's chunks are stored after the loop
-                record = self._step_record(timestep, action, next_timestep)
+                step = self._step_record(timestep, action, next_timestep)
             else:
-                record = None
+                step = None
                 buffer = buffer.add(
                     jax.vmap(self._transition)(timestep, action, next_timestep)
                 )
-            episode = episode_ends(next_timestep)
-            return (env_state, next_timestep, buffer, agent_carry), (episode, record)
+            return buffer, next_timestep, (ended_episodes(next_timestep), step)
 
-        with skip_action_checks():
-            (env_state, timestep, buffer, carry), (episode, steps) = scan_or_step(
-                step,
-                (state.env_state, state.timestep, state.buffer, state.carry),
-                (
-                    jnp.arange(dqn.train_frequency, dtype=jnp.int32),
-                    random_split(value_key, shape),
-                    random_uniform(uniform_key, (*shape, num_agents)),
-                    random_split(step_key, shape),
-                ),
-            )
+        (env_state, timestep, buffer, carry), (episode, steps) = epsilon_greedy_collect(
+            act_in_every_world,
+            jax.vmap(self.training_env.step),
+            record,
+            (state.env_state, state.timestep, state.buffer, state.carry),
+            epsilon_greedy_draws(
+                value_key,
+                uniform_key,
+                step_key,
+                dqn.train_frequency,
+                num_envs,
+                uniform_shape=(num_agents,),
+            ),
+            first_step,
+            num_envs,
+        )
         if recurrent:
             buffer = buffer.add(self._sequences(steps, timestep, state.carry))
 
