@@ -11,6 +11,7 @@ work / wall time of a call whose outputs are ready; each round gives a speed rat
 and the median and best ratio are what a comparison reports.
 """
 
+import argparse
 import contextlib
 import importlib.util
 import json
@@ -529,6 +530,32 @@ def brax_epochs_rate(progress: list[tuple[int, dict]], prefill: int = 0) -> dict
         "steps_per_second": rate,
         "compile_seconds": max(compiled_time - (compiled_steps - prefill) / rate, 0.0),
     }
+
+
+# --------------------------------------------------------------------------------------
+# The command line
+
+
+def command_line(doc: str | None, **flags: Any) -> argparse.ArgumentParser:
+    """A parser described by `doc`'s first paragraph, with a flag `--a-b` per
+    keyword `a_b`, given `add_argument`'s keywords (a dict) or by its default:
+    `False` a switch; a type, that type's (default `None`); a tuple, any of its
+    items (default all); a list, items of its first item's type; `None`, a string;
+    any other value, a value of its type."""
+    result = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    for name, spec in flags.items():
+        if spec is False:
+            spec = {"action": "store_true"}
+        elif isinstance(spec, type):
+            spec = {"type": spec}
+        elif isinstance(spec, tuple):
+            spec = {"nargs": "+", "choices": spec, "default": list(spec)}
+        elif isinstance(spec, list):
+            spec = {"nargs": "+", "type": type(spec[0]), "default": spec}
+        elif not isinstance(spec, dict):
+            spec = {} if spec is None else {"type": type(spec), "default": spec}
+        result.add_argument("--" + name.replace("_", "-"), **spec)
+    return result
 
 
 # --------------------------------------------------------------------------------------

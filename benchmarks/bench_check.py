@@ -1,30 +1,12 @@
 """The speed guard: the working tree against an earlier commit, side by side.
 
-`make bench-check` (or `python benchmarks/bench_check.py`) times four workloads with
-the working tree's `src/` (uncommitted changes included) and with the `src/` of
-`--base` (default: the commit the current branch's upstream points at, else `HEAD`),
-each side in a process of its own, alternating sides (A B, then B A) for `--pairs`
-rounds, and prints each round's speed ratio tree/base (> 1: the tree is faster), the
-median and best ratio, and a warning for any workload whose median falls more than
-3% below the base. Compile time is reported apart and never enters the ratio.
+`make bench-check` times four workloads (`ppo-contract`, `ppo-wide`, `dqn`, `snake`:
+`--workloads`) with the tree's `src/` and with `--base`'s (default: the upstream, else
+`HEAD`), each side in a process of its own, alternating for `--pairs` rounds (each
+process: the best of `--repeats` runs), and warns where a median ratio tree/base falls
+more than 3% below 1. README: "The speed guard".
 
-The workloads (steps per second of a whole compiled run; the best of `--repeats`
-timed runs after one untimed warm-up, inside each process):
-
-- `ppo-contract`: PPO on CartPole-v1 at the contract config, 4 envs x 128 steps,
-  500k steps (`benchmarks/ppo_cartpole.py`, "contract");
-- `ppo-wide`: the same with 512 envs x 128 steps, 2^20 steps ("wide");
-- `dqn`: DQN on rejax's CartPole settings (`benchmarks/value_based.py`), 50k steps;
-- `snake`: the 10x10 Snake environment alone, 1,024 environments x 2,048 steps,
-  random valid moves (`benchmarks/snake.py`); five times the repeats.
-
-Both sides run this file's harness; only `eqxrl` differs (`PYTHONPATH`). Run it on
-an idle machine: another process on one of two cores halves a program's speed.
-
-    make bench-check                       # against the upstream / HEAD
-    make bench-check BASE=66824e2          # against a given commit
-    .venv/bin/python benchmarks/bench_check.py --base main~3 --pairs 3 \\
-        --workloads ppo-contract snake
+    .venv/bin/python benchmarks/bench_check.py --base main~3 --pairs 3 --workloads snake
 """
 
 import argparse
@@ -38,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import child_json, cpu_name, timed
+from _harness import child_json, command_line, cpu_name, timed
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 WORKLOADS = ("ppo-contract", "ppo-wide", "dqn", "snake")
@@ -162,18 +144,18 @@ def _run_side(source: Path, workloads: list[str], repeats: int, quick: bool) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", default=None, help="commit to compare against")
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument(
-        "--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS)
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="toy sizes: check that the script works"
-    )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        base={"help": "commit to compare against"},
+        pairs=5,
+        repeats=2,
+        workloads=WORKLOADS,
+        quick={
+            "action": "store_true",
+            "help": "toy sizes: check that the script works",
+        },
+        worker={"action": "store_true", "help": argparse.SUPPRESS},
+    ).parse_args()
     if args.worker:
         _worker(args.workloads, args.repeats, args.quick)
         return

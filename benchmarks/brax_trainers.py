@@ -1,30 +1,13 @@
 """eqxrl's PPO and SAC against Brax's own trainers, on Brax environments, side by side.
 
-For each Brax environment (`--envs`: `inverted_pendulum`, `inverted_double_pendulum`,
-`hopper`) and algorithm (`--algos ppo sac`), both train on the same Brax
-environment (eqxrl through `from_brax`), backend `--backend` (default `spring`,
-Brax's fastest), for the same number of steps: Brax's `ppo.train` / `sac.train`
-with its published hyperparameters (`SETTINGS`) at a small budget (`BUDGETS`), and
-`eqxrl.PPO.from_brax_hyperparameters` / `eqxrl.SAC.from_brax_hyperparameters` with
-the same. Runs alternate for `--pairs` rounds (round `i`: seed `i` on both sides).
-
-Timing: eqxrl's whole run is compiled once (its time: initialization and every
-iteration); Brax compiles inside `train` at every call, so its rate is read from
-its third epoch on and its compile time estimated (the harness's
-`brax_epochs_rate`; every budget has `num_evals >= 4`). Final returns: each run's
-deterministic policy over `--eval-episodes` episodes (Brax's evaluator,
-`eqxrl.training.evaluate`), mean and spread over the rounds. What does not
-translate is printed with the results (GAE windows; `SAC_GAPS`).
-
-Brax's trainers call `jax.device_put_replicated`, gone since jax 0.10:
-`provide_device_put_replicated()` (the harness's, importable from here) supplies it.
+Per `--envs` and `--algos`: Brax's `ppo.train` / `sac.train` at its published
+settings (`SETTINGS`, `BUDGETS`) against `eqxrl.PPO/SAC.from_brax_hyperparameters`,
+`--pairs` alternating rounds; steps/s (Brax's from its third epoch on) and each run's
+greedy return over `--eval-episodes` episodes. README: "Brax's trainers".
 
     .venv-brax/bin/python benchmarks/brax_trainers.py --quick    # a smoke run
-    .venv-brax/bin/python benchmarks/brax_trainers.py --algos ppo \\
-        --envs inverted_pendulum --pairs 5
 """
 
-import argparse
 import statistics
 import warnings
 from typing import Any
@@ -35,6 +18,7 @@ from _harness import (
     Program,
     alternate,
     brax_epochs_rate,
+    command_line,
     greedy_return,
     lowered_program,
     provide_device_put_replicated,
@@ -262,26 +246,21 @@ def print_table(summaries: list[dict], args) -> None:
 
 def main() -> None:
     provide_device_put_replicated()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--envs",
-        nargs="+",
-        default=None,
-        choices=sorted({env for _, env in SETTINGS}),
-        help="Brax environments (default: inverted_pendulum inverted_double_pendulum"
-        " hopper; with --quick: inverted_pendulum)",
-    )
-    parser.add_argument("--algos", nargs="+", default=["ppo", "sac"])
-    parser.add_argument("--backend", default="spring", help="Brax physics pipeline")
-    parser.add_argument("--pairs", type=int, default=None, help="rounds (default 5)")
-    parser.add_argument(
-        "--warmup", type=int, default=None, help="untimed eqxrl runs first (1)"
-    )
-    parser.add_argument("--eval-episodes", type=int, default=None, help="(128)")
-    parser.add_argument(
-        "--quick", action="store_true", help="toy sizes, one round: a smoke run"
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        envs={
+            "nargs": "+",
+            "choices": sorted({env for _, env in SETTINGS}),
+            "help": "default: inverted_pendulum inverted_double_pendulum hopper; "
+            "with --quick: inverted_pendulum",
+        },
+        algos=["ppo", "sac"],
+        backend={"default": "spring", "help": "Brax physics pipeline"},
+        pairs={"type": int, "help": "rounds (default 5)"},
+        warmup={"type": int, "help": "untimed eqxrl runs first (1)"},
+        eval_episodes={"type": int, "help": "(128)"},
+        quick={"action": "store_true", "help": "toy sizes, one round: a smoke run"},
+    ).parse_args()
     quick = args.quick
     if args.envs is None:
         args.envs = (

@@ -1,24 +1,19 @@
 """Environment throughput of eqxrl's CartPole-v1 with random actions.
 
-`AutoReset(make("CartPole-v1"))` stepped with uniformly random actions, `jax.vmap`
-over N environments in a `lax.scan` of S steps, one compiled program summing
-rewards and observations (so that XLA drops no work). Per N: the compile time and
-environment steps per second (best and median of `--repeats` calls after a
-warm-up). S is `--steps`, raised for small N to make `--min-work` steps per call.
-`compile_eqxrl` gives the program that `peers.py` alternates with gymnax's.
+`AutoReset(make("CartPole-v1"))`, `jax.vmap` over each `--num-envs` in a `lax.scan`
+of `--steps` steps (more for small N: `--min-work`): compile time and steps/s, best
+and median of `--repeats` calls. `compile_eqxrl` is what `peers.py` compares.
 
-    NPROC=8 .venv/bin/python benchmarks/env_throughput.py --num-envs 1 4096 \\
-        --steps 2000 --repeats 9
+    NPROC=8 .venv/bin/python benchmarks/env_throughput.py --num-envs 1 4096 --repeats 9
 """
 
-import argparse
 import statistics
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from _harness import Program, compile_program
+from _harness import Program, command_line, compile_program
 
 import eqxrl
 
@@ -63,17 +58,17 @@ def compile_eqxrl(num_envs: int, steps: int, env=None) -> Program:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-envs", type=int, nargs="+", default=DEFAULT_NUM_ENVS)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--min-work",
-        type=int,
-        default=100_000,
-        help="raise the scan length of small N to this many env steps per call",
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        num_envs=list(DEFAULT_NUM_ENVS),
+        steps=1000,
+        repeats=5,
+        min_work={
+            "type": int,
+            "default": 100_000,
+            "help": "raise the scan length of small N to this many env steps per call",
+        },
+    ).parse_args()
 
     print(
         f"eqxrl CartPole-v1 (AutoReset), random actions, scan of S steps, "

@@ -1,36 +1,12 @@
 """eqxrl on an accelerator, against its peers: one prepared script.
 
-Every row alternates eqxrl and its peer in one process (the harness's alternation,
-`--pairs` rounds) and reports environment steps (or epochs) per second and the
-median and best ratio eqxrl/peer (> 1: eqxrl is faster), compile time apart:
-
-1. `ppo_cartpole`: PPO on CartPole-v1 at PureJaxRL's config (4 envs x 128 steps),
-   one seed, then 2,048 seeds vmapped (PureJaxRL's headline: about 98 s on an A100),
-   each over the first 244 / 120 of the 976 iterations (every iteration does the
-   same work). Peer: PureJaxRL's `ppo.py` (`--purejaxrl FOLDER` with `ppo.py` and
-   `wrappers.py`, fetched from its repository, not in this one).
-2. `snake`: 12 x 12 Snake, random valid moves, 4,096 and 16,384 environments
-   vmapped in a `lax.scan`. Peer: Jumanji's `Snake-v1` with its `AutoResetWrapper`.
-3. `value_based`: DQN and IQN at rejax's CartPole settings (`value_based.py`).
-   Peer: rejax's `DQN` and `IQN`.
-4. `treasure_hunt`: Sorrel's experiment (`Independent.from_sorrel`), one world and
-   1,024 worlds, in epochs per second. Peer: Sorrel 1.6.0's `treasurehunt`
-   (`run_experiment`, no animation or logging) for `--sorrel-epochs` epochs.
-5. `brax`: PPO and SAC on Brax's `inverted_pendulum` (`--brax-backend`) at Brax's
-   settings, `brax_trainers.py`'s comparison; on jax >= 0.10 with the harness's
-   `provide_device_put_replicated`. Skipped where Brax is not installed.
-6. `memory`: XLA's `memory_analysis()` of each eqxrl program above.
-7. `pqn_headline`: the wall time to a greedy 475 on CartPole, PQN against DQN at
-   their defaults (`pqn.py`'s `headline_times`), `--headline-seeds` seeds.
-
-Rows 1 and 3 also run each side with XLA:GPU's command buffers for loops and
-conditionals (`COMMAND_BUFFERS`; `--no-command-buffers` leaves them out). Row 1
-also traces a short run of each side with `jax.profiler` and sums the device's
-kernel time by loop depth and operation, writing each traced program's HLO beside
-the JSON (`--no-profile` leaves it out). `tricks`: `cpu_speed_tricks` on against
-off for PPO, GRU PPO and Snake. A row whose peer is missing runs eqxrl alone and
-says why; a failed row is recorded with its error; the JSON (`OUT/gpu.json`, and
-`OUT/gpu.md`) is rewritten after every row.
+Rows (`--rows`; README: "On a GPU"), each eqxrl against its peer alternating for
+`--pairs` rounds, compile apart: `ppo_cartpole` (PureJaxRL's `ppo.py` and
+`wrappers.py` in `--purejaxrl FOLDER`), `snake` (Jumanji), `value_based` (rejax),
+`treasure_hunt` (Sorrel), `brax`, `memory` (XLA's `memory_analysis()`),
+`pqn_headline` and `tricks`. Rows 1 and 3 also run with XLA:GPU's command buffers
+(`--no-command-buffers`), row 1 is profiled (`--no-profile`). A missing peer runs
+eqxrl alone; `OUT/gpu.json` and `OUT/gpu.md` are rewritten after every row.
 
     python benchmarks/gpu.py --out OUT --purejaxrl PUREJAXRL_FOLDER   # <= 8 min
     python benchmarks/gpu.py --smoke   # every row at its smallest, on the CPU
@@ -59,6 +35,7 @@ from _harness import (
     PUREJAXRL_CONFIG,
     Program,
     alternate,
+    command_line,
     compile_program,
     final_return,
     import_purejaxrl,
@@ -728,43 +705,31 @@ def time_left(options) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="smallest sizes")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output folder (default: a new one in /tmp)",
-    )
-    parser.add_argument("--purejaxrl", type=Path, default=None)
-    parser.add_argument(
-        "--rows", nargs="+", default=[*ROWS, "tricks"], choices=[*ROWS, "tricks"]
-    )
-    parser.add_argument("--pairs", type=int, default=None)
-    parser.add_argument(
-        "--no-command-buffers",
-        dest="command_buffers",
-        action="store_false",
-        help="leave out rows 1 and 3's runs with COMMAND_BUFFERS",
-    )
-    parser.add_argument(
-        "--no-profile",
-        dest="profile",
-        action="store_false",
-        help="leave out row 1's kernel profiles",
-    )
-    parser.add_argument("--brax-backend", default="spring")
-    parser.add_argument("--brax-pairs", type=int, default=1)
-    parser.add_argument(
-        "--headline-seeds", type=int, default=None, help="pqn_headline's seeds"
-    )
-    parser.add_argument(
-        "--budget-s",
-        type=float,
-        default=None,
-        help="start no further row after this many seconds (a row is then skipped)",
-    )
-    options = parser.parse_args(argv)
+    options = command_line(
+        __doc__,
+        smoke={"action": "store_true", "help": "smallest sizes"},
+        out={"type": Path, "help": "output folder (default: a new one in /tmp)"},
+        purejaxrl=Path,
+        rows=(*ROWS, "tricks"),
+        pairs=int,
+        no_command_buffers={
+            "dest": "command_buffers",
+            "action": "store_false",
+            "help": "leave out rows 1 and 3's runs with COMMAND_BUFFERS",
+        },
+        no_profile={
+            "dest": "profile",
+            "action": "store_false",
+            "help": "leave out row 1's kernel profiles",
+        },
+        brax_backend="spring",
+        brax_pairs=1,
+        headline_seeds={"type": int, "help": "pqn_headline's seeds"},
+        budget_s={
+            "type": float,
+            "help": "start no further row after this many seconds (it is skipped)",
+        },
+    ).parse_args(argv)
     sizes = {**(SMOKE if options.smoke else FULL), "smoke": options.smoke}
     if options.pairs is not None:
         sizes["pairs"] = options.pairs

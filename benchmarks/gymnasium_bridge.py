@@ -1,20 +1,12 @@
 """The gymnasium host bridge against pure-JAX CartPole: what the bridge costs.
 
-Bridge (`from_gymnasium("CartPole-v1")`) and pure JAX (`make("CartPole-v1")`)
-alternate in one process for `--pairs` pairs; per side the median and best
-environment steps/s, and the ratio pure JAX / bridge, compile time apart:
-
-- `env`: a random-action rollout, `--num-envs` auto-resetting environments x
-  `--rollout-steps` steps in one `lax.scan`, observations consumed;
-- `ppo`: `eqxrl.PPO` at its defaults (4 epochs x 4 minibatches), 128 steps per
-  environment, for `--iterations` iterations.
-
-Also a plain Python loop over gymnasium's CartPole-v1, the ceiling of any bridge.
+`from_gymnasium("CartPole-v1")` against `make("CartPole-v1")`, `--pairs` alternating
+rounds: a random rollout (`--num-envs` x `--rollout-steps`) and `eqxrl.PPO` at its
+defaults (`--iterations`); also a plain Python loop over gymnasium's CartPole-v1.
 
     python benchmarks/gymnasium_bridge.py --pairs 7 --iterations 20 --num-envs 4
 """
 
-import argparse
 import statistics
 import time
 
@@ -23,7 +15,7 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from _harness import Program, alternate, compile_program
+from _harness import Program, alternate, command_line, compile_program
 from env_throughput import compile_eqxrl
 
 import eqxrl
@@ -78,12 +70,9 @@ def python_loop_rate(steps: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--num-envs", type=int, default=4)
-    parser.add_argument("--rollout-steps", type=int, default=1024)
-    parser.add_argument("--iterations", type=int, default=10)
-    args = parser.parse_args()
+    args = command_line(
+        __doc__, pairs=5, num_envs=4, rollout_steps=1024, iterations=10
+    ).parse_args()
     print(
         f"gymnasium bridge vs pure JAX, CartPole-v1 | jax {jax.__version__} on "
         f"{jax.devices()[0].device_kind} | gymnasium {gymnasium.__version__}"

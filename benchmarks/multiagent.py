@@ -1,47 +1,18 @@
 """Multi-agent learners (`eqxrl.multiagent`) against Sorrel and JaxMARL.
 
-Parts (`--parts`, default all), compile time apart from run time:
+Parts (`--parts`; README: "Independent learners on Treasure Hunt" and the two JaxMARL
+sections): `sorrel` (Sorrel's experiment: wall time, FLOPs, `--seeds` learning curves,
+`--curve FILE`), `scaling` (`--worlds` x `--agents`), `loop` (a Python loop over
+agents against one program), `jaxmarl` (IPPO against `--jaxmarl-baseline
+.../ippo_ff_mpe.py`), `mappo`, `vdn`, `qmix` (against the baselines in `--jaxmarl-dir`,
+a clone of github.com/FLAIROx/JaxMARL; `--marl-pairs` runs, or `--marl-seeds N` for
+the learning bar). Parts whose peers are missing say why and skip.
 
-- `sorrel`: Sorrel 1.6.0's `treasurehunt` experiment at its agents' IQN settings
-  (`Independent.from_sorrel`: 2 agents, 1000 epochs of 100 turns, one world): one
-  seed's wall time against Sorrel's 332 s (target: 50x faster), the experiment's
-  FLOPs as XLA counts them against this machine's matrix product speed, then
-  `--seeds` seeds vmapped for the learning curve: the total reward per epoch over
-  the first 10 and the last 100 epochs (Sorrel: about 10, then 37, the target).
-  `--curve FILE` writes it as a PNG.
-- `scaling`: agent-steps per second of Sorrel's learners for `--worlds` worlds and
-  `--agents` agents, `--steps` turns per iteration.
-- `loop`: the same training as a Python loop over agents (each its own jitted act,
-  store and update, the world its own jitted step) against `Independent`'s one
-  program, for `--loop-agents` agents (target: 5 agents at least 4x faster).
-- `jaxmarl`: parameter-shared IPPO on `MPE_simple_spread_v3` against JaxMARL's
-  `baselines/IPPO/ippo_ff_mpe.py` (`--jaxmarl-baseline PATH`, from a clone of
-  https://github.com/FLAIROx/JaxMARL; it needs distrax and hydra-core), at its
-  `config/ippo_ff_mpe.yaml`, `--pairs` alternating runs: steps/s (target: 1.2x)
-  and the team return over the last 10 iterations.
-- `mappo`, `vdn`, `qmix`: JaxMARL's own baselines on `MPE_simple_spread_v3`
-  (`MAPPO/mappo_rnn_mpe.py` at `mappo_homogenous_rnn_mpe`,
-  `QLearning/vdn_ff.py` at `vdn_ff_mpe`, `QLearning/qmix_rnn.py` at `ql_rnn_mpe`),
-  unmodified from the clone (`--jaxmarl-dir`; they need distrax, hydra-core and
-  flashbax), `--marl-timesteps` steps per run: `--marl-pairs` alternating runs
-  (steps/s and each run's team return over the last 10% of its iterations), or
-  with `--marl-seeds N` the learning bar (N seeds vmapped on both sides; run it
-  with `NPROC=8`: JaxMARL's orthogonal initialization under vmap can wait forever
-  for XLA's CPU pool on 2 cores). JaxMARL's returns are what it logs to wandb (a
-  stand-in keeps them).
-
-Parts whose peers are missing say why and skip.
-
-    .venv/bin/python benchmarks/multiagent.py
-    .venv/bin/python benchmarks/multiagent.py --parts sorrel --seeds 4 \\
-        --curve docs/assets/treasure-hunt-iqn.png
-    .venv/bin/python benchmarks/multiagent.py --parts jaxmarl \\
-        --jaxmarl-baseline ../JaxMARL/baselines/IPPO/ippo_ff_mpe.py
+    .venv/bin/python benchmarks/multiagent.py --parts sorrel --seeds 4
     .venv/bin/python benchmarks/multiagent.py --parts mappo vdn qmix \\
         --jaxmarl-dir ../JaxMARL --marl-timesteps 300000 --marl-pairs 5
 """
 
-import argparse
 import functools
 import time
 import types
@@ -54,6 +25,7 @@ from _harness import (
     Program,
     alternate,
     block,
+    command_line,
     compile_timed,
     final_return,
     import_file,
@@ -630,47 +602,45 @@ def value_decomposition(options, name: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--epochs", type=int, default=1000)
-    parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--curve", metavar="FILE", default=None)
-    parser.add_argument("--worlds", type=int, nargs="+", default=[1, 64, 1024])
-    parser.add_argument("--agents", type=int, nargs="+", default=[2, 5, 10, 20])
-    parser.add_argument(
-        "--matmul-size",
-        type=int,
-        default=2048,
-        help="the matrix product the sorrel part's arithmetic is compared with "
-        "(smaller: a check that the script runs, not a measurement)",
-    )
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--iterations", type=int, default=2)
-    parser.add_argument("--loop-agents", type=int, nargs="+", default=[2, 5, 10, 20])
-    parser.add_argument("--loop-worlds", type=int, default=1)
-    parser.add_argument("--loop-iterations", type=int, default=3)
-    parser.add_argument("--jaxmarl-baseline", metavar="PATH", default=None)
-    parser.add_argument("--jaxmarl-timesteps", type=int, default=1_000_000)
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--jaxmarl-dir", metavar="PATH", default=None)
-    parser.add_argument("--marl-timesteps", type=int, default=2_000_000)
-    parser.add_argument("--marl-pairs", type=int, default=4)
-    parser.add_argument("--marl-seeds", type=int, default=0)
-    parser.add_argument(
-        "--qmix-agents",
-        choices=("gru", "mlp"),
-        default="gru",
-        help="eqxrl's QMIX agents: recurrent as JaxMARL's (QMIX.from_jaxmarl(env, "
-        "recurrent=True)) or the feed-forward preset",
-    )
-    parser.add_argument(
-        "--marl-side",
-        choices=("both", "eqxrl", "jaxmarl"),
-        default="both",
-        help="with --marl-seeds, the side(s) to train: one side per process lets "
-        "the two run at once (returns do not depend on the CPU's load)",
-    )
-    options = parser.parse_args()
+    options = command_line(
+        __doc__,
+        parts=PARTS,
+        epochs=1000,
+        seeds=4,
+        curve={"metavar": "FILE"},
+        worlds=[1, 64, 1024],
+        agents=[2, 5, 10, 20],
+        matmul_size={
+            "type": int,
+            "default": 2048,
+            "help": "the matrix product the sorrel part's arithmetic is compared with "
+            "(smaller: a check that the script runs, not a measurement)",
+        },
+        steps=20,
+        iterations=2,
+        loop_agents=[2, 5, 10, 20],
+        loop_worlds=1,
+        loop_iterations=3,
+        jaxmarl_baseline={"metavar": "PATH"},
+        jaxmarl_timesteps=1_000_000,
+        pairs=5,
+        jaxmarl_dir={"metavar": "PATH"},
+        marl_timesteps=2_000_000,
+        marl_pairs=4,
+        marl_seeds=0,
+        qmix_agents={
+            "choices": ("gru", "mlp"),
+            "default": "gru",
+            "help": "eqxrl's QMIX agents: recurrent as JaxMARL's "
+            "(QMIX.from_jaxmarl(env, recurrent=True)) or the feed-forward preset",
+        },
+        marl_side={
+            "choices": ("both", "eqxrl", "jaxmarl"),
+            "default": "both",
+            "help": "with --marl-seeds, the side(s) to train: one side per process "
+            "lets the two run at once (returns do not depend on the CPU's load)",
+        },
+    ).parse_args()
     print(f"[{jax.devices()[0].platform}, jax {jax.__version__}]")
     for part in options.parts:
         parts = {"sorrel": sorrel, "scaling": scaling, "loop": loop}

@@ -1,30 +1,14 @@
 """eqxrl against its peers, side by side in one process: gymnax, rejax, PureJaxRL.
 
-Runs in the peers venv (`.venv-peers`, `requirements-peers.txt`: gymnax 0.0.9 and
-rejax 0.1.3 beside eqxrl), with the harness's alternation (compile apart, a
-warm-up, `--pairs` rounds in alternating order; per round the ratio eqxrl/peer):
-
-(a) Environment throughput: `AutoReset(make("CartPole-v1"))` against gymnax's
-    auto-resetting `CartPole-v1`, random actions, rewards and observations summed,
-    `jax.vmap` over N envs (`--num-envs`) in a `lax.scan` of `--env-steps` steps
-    (more for small N, to make `--min-work` steps per call).
-(b) PPO training steps/s: eqxrl's `PPO` at its defaults (4 envs x 128 steps, 976
-    iterations, 4 epochs x 4 minibatches, 64x64 tanh) against rejax's `PPO` with
-    the same numbers, its evaluation a no-op over the whole run.
-    `--ppo-configs wide seeds8` adds `ppo_cartpole.py`'s other configurations.
-(c) The same against PureJaxRL's `ppo.py` (`--purejaxrl PATH/ppo.py`, with its
-    `wrappers.py` beside it, extracted from its repository, not on PyPI; brax and
-    navix, which `wrappers.py` imports, are stood in for where missing).
-
-Final returns: "train" is the mean over the last 10 iterations of each iteration's
-ended episodes (rejax logs none); "eval" is rejax's evaluator (128 episodes of
-gymnax's CartPole, sampled actions) on each side's policy of the last round.
+In `.venv-peers` (`requirements-peers.txt`), `--pairs` alternating rounds: (a) CartPole
+throughput against gymnax's (`--num-envs`, `--env-steps`, `--min-work`); (b) PPO at
+its defaults against rejax's (`--ppo-configs`: `ppo_cartpole.py`'s); (c) against
+PureJaxRL's `ppo.py` (`--purejaxrl PATH/ppo.py`, `wrappers.py` beside it). README:
+"CartPole and PPO against gymnax, rejax and PureJaxRL".
 
     make bench-peers    # creates .venv-peers, then runs this without PureJaxRL
-    NPROC=8 .venv-peers/bin/python benchmarks/peers.py --purejaxrl /tmp/pjrl/ppo.py
 """
 
-import argparse
 import statistics
 from pathlib import Path
 
@@ -38,6 +22,7 @@ from _harness import (
     PUREJAXRL_CONFIG,
     Program,
     alternate,
+    command_line,
     compile_program,
     import_purejaxrl,
     print_comparison,
@@ -199,25 +184,23 @@ def compare_ppo(pairs: int, purejaxrl: Path | None, config_name: str) -> list[di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=5, help="rounds of PPO runs")
-    parser.add_argument(
-        "--env-pairs", type=int, default=5, help="rounds of env throughput runs"
-    )
-    parser.add_argument("--num-envs", type=int, nargs="+", default=(1, 1024, 4096))
-    parser.add_argument("--env-steps", type=int, default=1000)
-    parser.add_argument("--min-work", type=int, default=100_000)
-    parser.add_argument("--purejaxrl", type=Path, default=None, help="path to ppo.py")
-    parser.add_argument("--skip-env", action="store_true")
-    parser.add_argument("--skip-ppo", action="store_true")
-    parser.add_argument(
-        "--ppo-configs",
-        nargs="+",
-        choices=sorted(CONFIGS),
-        default=["contract"],
-        help="PPO configurations of benchmarks/ppo_cartpole.py to compare",
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        pairs={"type": int, "default": 5, "help": "rounds of PPO runs"},
+        env_pairs={"type": int, "default": 5, "help": "rounds of env throughput runs"},
+        num_envs=[1, 1024, 4096],
+        env_steps=1000,
+        min_work=100_000,
+        purejaxrl={"type": Path, "help": "path to ppo.py"},
+        skip_env=False,
+        skip_ppo=False,
+        ppo_configs={
+            "nargs": "+",
+            "choices": sorted(CONFIGS),
+            "default": ["contract"],
+            "help": "PPO configurations of benchmarks/ppo_cartpole.py to compare",
+        },
+    ).parse_args()
 
     found = {**versions("jax", "gymnax", "rejax"), "eqxrl": eqxrl.__version__}
     print(

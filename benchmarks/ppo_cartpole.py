@@ -1,25 +1,12 @@
 """PPO training speed and final return of eqxrl on CartPole-v1.
 
-Three configurations of `eqxrl.PPO` on `make("CartPole-v1")`:
-
-- `contract`: the PPO defaults, i.e. PureJaxRL's CartPole config: 4 envs x 128
-  steps, 500k steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed.
-- `wide`: 512 envs x 128 steps, 2^20 steps (16 iterations, too few to learn: a
-  throughput configuration).
-- `seeds8`: `contract` for 8 seeds vmapped in one program.
-
-Per configuration: the compile time of the whole `train`, environment steps per
-second (all seeds; median and best of `--repeats` runs after a warm-up) and the
-final return (the mean of `episode_return` over the last 10 iterations; for
-`seeds8`, the mean over seeds and the worst seed). `compile_eqxrl_ppo` gives the
-program that `peers.py` alternates with other libraries' PPO.
+`--configs` of `eqxrl.PPO` (`CONFIGS`: `contract`, PureJaxRL's config; `wide`, 512
+envs; `seeds8`, 8 seeds vmapped): compile time, steps/s (median and best of
+`--repeats`) and the final return. `compile_eqxrl_ppo` is what `peers.py` compares.
 
     NPROC=8 .venv/bin/python benchmarks/ppo_cartpole.py --configs contract --repeats 9
-    .venv/bin/python benchmarks/ppo_cartpole.py --configs contract seeds8 \\
-        --total-timesteps 4096 --repeats 1   # a quick check
 """
 
-import argparse
 import statistics
 
 import equinox as eqx
@@ -29,6 +16,7 @@ import numpy as np
 from _harness import (
     Program,
     alternate,
+    command_line,
     compile_program,
     final_return,
     lowered_program,
@@ -91,19 +79,16 @@ def compile_eqxrl_ppo(config_name: str, total_timesteps: int | None = None) -> P
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS)
-    )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--total-timesteps",
-        type=int,
-        default=None,
-        help="steps per run (per seed) for every configuration, instead of its own "
-        "(e.g. 8192 for a quick check that the script works)",
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        configs=tuple(CONFIGS),
+        repeats=3,
+        total_timesteps={
+            "type": int,
+            "help": "steps per run (per seed) for every configuration, instead of its "
+            "own (e.g. 8192 for a quick check that the script works)",
+        },
+    ).parse_args()
 
     print(
         f"eqxrl PPO on CartPole-v1, median/best of {args.repeats} runs "

@@ -1,39 +1,15 @@
 """PQN against purejaxql, and against eqxrl's own DQN.
 
-Parts (`--parts`, default `speed` and `headline`):
-
-- `speed`: `eqxrl.PQN` at its defaults (purejaxql's `pqn_cartpole` config: 32 envs
-  x 64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm, lr 1e-4 decayed,
-  lambda 0.95, reward scale 0.1) against purejaxql's `make_train` from
-  `pqn_gymnax.py` at that config (evaluation and wandb off), `--steps` steps,
-  alternating for `--pairs` rounds. purejaxql is not on PyPI: `--purejaxql FOLDER`
-  holds its files (github.com/mttga/purejaxql), never committed; its unused
-  imports (hydra, omegaconf, safetensors, wandb) are stood in for.
-- `headline`: `--seeds` seeds of PQN and DQN at their defaults on CartPole-v1
-  (500k steps), trained in chunks of about 16k steps (compile apart), the greedy
-  policy evaluated after each (16 episodes, untimed): the training time until it
-  first reaches 475.
-- `memory`: PQN-RNN (`gru_size=256`) at purejaxql's `pqn_rnn_memory_chain` config
-  (gymnax's `MemoryChain-bsuite` with a memory of 100 steps, 32 envs x 128 steps,
-  100k steps, 4 epochs x 16 minibatches, lr 1e-3, epsilon to 0.01 over 10%), seeds
-  vmapped; the bar: a greedy mean return of at least 0.9 over 128 episodes on 3 of
-  4 seeds (no previous action as input, no memory window, no random warm-up
-  rollout, unlike purejaxql). `--memory-no-layer-norm` drops the LayerNorm.
-- `minatar`: PQN at purejaxql's `pqn_minatar` config on `Breakout-MinAtar` (the
-  yaml's Asterix swapped: 128 envs x 32 steps, 2 epochs x 32 minibatches, lr 5e-4
-  decayed, lambda 0.65, the LayerNorm `CNNQNetwork` on boards / 255) against
-  `pqn_minatar.py`, schedules over the run's own steps: speed over
-  `--minatar-speed-steps` (alternating), and learning over `--minatar-steps` x
-  `--seeds` seeds vmapped per side (`--minatar-sides`): each seed's training
-  return over the last 10% of iterations, and eqxrl's greedy return. Run both
-  sides in the peers venv (gymnax 0.0.9).
+Parts (`--parts`, default `speed` and `headline`; README: "TD3 against rejax, PQN
+against purejaxql"): `speed` (against purejaxql's `pqn_gymnax.py`, `--steps`,
+`--pairs`), `headline` (seconds to a greedy 475 on CartPole, PQN and DQN),
+`memory` (PQN-RNN on MemoryChain) and `minatar` (Breakout-MinAtar against
+`pqn_minatar.py`). purejaxql is not on PyPI: `--purejaxql FOLDER` holds its files
+(github.com/mttga/purejaxql); its unused imports are stood in for.
 
     .venv-peers/bin/python benchmarks/pqn.py --purejaxql /tmp/purejaxql
-    .venv/bin/python benchmarks/pqn.py --parts headline memory --seeds 4
-    .venv-peers/bin/python benchmarks/pqn.py --parts minatar --purejaxql /tmp/purejaxql
 """
 
-import argparse
 import functools
 import statistics
 from pathlib import Path
@@ -44,6 +20,7 @@ import jax.random as jr
 import numpy as np
 from _harness import (
     alternate,
+    command_line,
     compile_program,
     greedy_return,
     import_file,
@@ -324,32 +301,21 @@ def minatar_learning(options, module) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--parts",
-        nargs="+",
-        choices=("speed", "headline", "memory", "minatar"),
-        default=None,
-    )
-    parser.add_argument("--purejaxql", type=Path, default=None)
-    parser.add_argument("--steps", type=int, default=500_000)
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--headline-steps", type=int, default=500_000)
-    parser.add_argument("--memory-steps", type=int, default=100_000)
-    parser.add_argument("--memory-no-layer-norm", action="store_true")
-    parser.add_argument("--minatar-speed-steps", type=int, default=262_144)
-    parser.add_argument("--minatar-steps", type=int, default=2_000_000)
-    parser.add_argument(
-        "--minatar-sides", nargs="+", choices=("eqxrl", "purejaxql"), default=None
-    )
-    parser.add_argument(
-        "--headline-algorithms",
-        nargs="+",
-        choices=("PQN", "DQN"),
-        default=["PQN", "DQN"],
-    )
-    options = parser.parse_args()
+    options = command_line(
+        __doc__,
+        parts={"nargs": "+", "choices": ("speed", "headline", "memory", "minatar")},
+        purejaxql=Path,
+        steps=500_000,
+        pairs=5,
+        seeds=4,
+        headline_steps=500_000,
+        memory_steps=100_000,
+        memory_no_layer_norm=False,
+        minatar_speed_steps=262_144,
+        minatar_steps=2_000_000,
+        minatar_sides={"nargs": "+", "choices": ("eqxrl", "purejaxql")},
+        headline_algorithms=("PQN", "DQN"),
+    ).parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     for part in options.parts or ("speed", "headline"):
         parts = {"speed": speed, "headline": headline, "memory": memory}

@@ -4,19 +4,11 @@ a change leaves them as they were (the same program runs at the same speed).
     .venv/bin/python benchmarks/program_hashes.py --save before.json   # on the base
     .venv/bin/python benchmarks/program_hashes.py --compare before.json
 
-Covers `train` of PPO on CartPole-v1 (plain; observations and rewards normalized),
-Pendulum-v1 (Gaussian; tanh-squashed with Brax's head), Snake-v0 and GridMaze-v0,
-independent PPO and DQN on TreasureHunt-v0 (per-agent and shared parameters), DQN,
-IQN and feed-forward PQN on CartPole-v1, SAC, TD3 and AMP on Pendulum-v1, GRU PPO and
-GRU PQN on StatelessCartPole-v1, MAPPO (feed-forward; GRU with per-agent critics), VDN,
-QMIX (feed-forward; GRU agents) and PQN-VDN on TreasureHunt-v0, and the evaluation
-program of a PPO policy.
-Hashes depend on the jax version: compare on one venv. `--configs NAME ...` hashes
-those configurations alone (the evaluation program always); every configuration is
-still built, so a constructor that no longer accepts its arguments fails the run.
+`CONFIGS` lists what is hashed, with the evaluation program of a PPO policy. Hashes
+depend on the jax version: compare on one venv. Every configuration is built even
+with `--configs`.
 """
 
-import argparse
 import hashlib
 import json
 import sys
@@ -24,6 +16,7 @@ import sys
 import jax
 import jax.random as jr
 import numpy as np
+from _harness import command_line
 
 import eqxrl
 from eqxrl.envs import make
@@ -170,19 +163,20 @@ def hashes(names: list[str]) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_line(
+        __doc__,
+        configs={
+            "nargs": "+",
+            "choices": list(CONFIGS),
+            "default": list(CONFIGS),
+            "metavar": "NAME",
+            "help": "hash these configurations alone (default: all; the test suite's "
+            "smoke run lowers one, the others' programs are built by their own tests)",
+        },
+    )
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--save", metavar="FILE")
     group.add_argument("--compare", metavar="FILE")
-    parser.add_argument(
-        "--configs",
-        nargs="+",
-        choices=list(CONFIGS),
-        default=list(CONFIGS),
-        metavar="NAME",
-        help="hash these configurations alone (default: all; the test suite's smoke "
-        "run lowers one, the others' programs are built by their own tests)",
-    )
     arguments = parser.parse_args()
     found = hashes(arguments.configs)
     for name, value in found.items():

@@ -1,44 +1,16 @@
 """Domain randomization against Brax's PPO (issue 33): the same MuJoCo Playground
 task, the same randomization function and the same settings on both sides.
 
-The task is Playground's `CartpoleBalance` (MJX's JAX implementation, which a CPU
-trains in minutes). Playground ships its own randomization functions only for its
-Menagerie robots (the Go1 / G1 / T1 / Berkeley Humanoid joysticks, Go1's getup and
-handstand, the Leap and Aero cubes), which need 50M-300M steps at Playground's
-settings and the Menagerie models (cloned at first use); `randomize` below is a
-function in Playground's form, `randomization_fn(model, rng) -> (batched_model,
-in_axes)`, for `CartpoleBalance`: the pole's mass and the motor's gear drawn per
-environment.
-
-- Brax: `brax.training.agents.ppo.train(environment, randomization_fn=randomize,
-  wrap_env_fn=mujoco_playground.wrapper.wrap_for_brax_training, **SETTINGS)`; its
-  steps/s from its third epoch on (as `brax_trainers.py` reads it).
-- eqxrl: `PPO.from_brax_hyperparameters(from_brax(env), randomization_fn=randomize,
-  **SETTINGS)` (the function through `brax_randomization`, drawn per episode where
-  Brax draws once per environment), compiled once and timed apart.
-- Both final greedy policies are evaluated by one evaluator,
-  `eqxrl.training.evaluate`, on held-out draws: the same function, keys that no
-  training run used, `--eval-episodes` episodes of 1,000 steps.
-
-`--networks brax` (the default) keeps Brax's PPO networks, a `(32,) * 4` policy and a
-`(256,) * 5` value: on a CPU both sides then spend their time in the value network's
-matrix products. `--networks small` gives both sides `(64, 64)` networks (eqxrl's
-defaults, through Brax's own `make_ppo_networks`), where the environment's physics is
-most of the work.
-
-Round `i` trains seed `i` on both sides, eqxrl first in even rounds and Brax first in
-odd ones (A B, B A: a machine that slows down during a round favors neither side).
-Brax's trainer calls `jax.device_put_replicated`, gone since jax 0.10, which
-`_harness.provide_device_put_replicated` supplies there; the figures were measured
-in `.venv-brax` (jax 0.8.3, brax 0.14.2, playground 0.2.0, eqxrl with the `export`
-extra):
+Playground's `CartpoleBalance` with `randomize` (the pole's mass and the motor's
+gear), Brax's `ppo.train` against `PPO.from_brax_hyperparameters`, `--pairs`
+alternating rounds; both final greedy policies scored by `eqxrl.training.evaluate`.
+`--networks small` gives both sides `(64, 64)` networks. README: "Domain
+randomization against Brax's PPO".
 
     .venv-brax/bin/python benchmarks/randomization.py --quick      # a smoke run
     .venv-brax/bin/python benchmarks/randomization.py --pairs 4    # the figure
-    .venv-brax/bin/python benchmarks/randomization.py --pairs 4 --networks small
 """
 
-import argparse
 import functools
 import json
 import statistics
@@ -50,7 +22,7 @@ import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
-from _harness import alternate, greedy_return, lowered_program
+from _harness import alternate, command_line, greedy_return, lowered_program
 
 try:
     from brax.training.agents.ppo import networks as ppo_networks
@@ -126,20 +98,18 @@ class BraxPolicy(eqxrl.nn.AbstractPolicy):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=None, help="rounds (default 4)")
-    parser.add_argument("--eval-episodes", type=int, default=None, help="(64)")
-    parser.add_argument(
-        "--quick", action="store_true", help="toy sizes, one round: a smoke run"
-    )
-    parser.add_argument(
-        "--networks",
-        choices=("brax", "small"),
-        default="brax",
-        help="Brax's PPO networks, or (64, 64) on both sides",
-    )
-    parser.add_argument("--out", type=Path, default=None, help="write a JSON here")
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        pairs={"type": int, "help": "rounds (default 4)"},
+        eval_episodes={"type": int, "help": "(64)"},
+        quick={"action": "store_true", "help": "toy sizes, one round: a smoke run"},
+        networks={
+            "choices": ("brax", "small"),
+            "default": "brax",
+            "help": "Brax's PPO networks, or (64, 64) on both sides",
+        },
+        out={"type": Path, "help": "write a JSON here"},
+    ).parse_args()
     pairs = args.pairs or (1 if args.quick else 4)
     episodes = args.eval_episodes or (4 if args.quick else 64)
     settings = {**SETTINGS, **(QUICK if args.quick else {})}

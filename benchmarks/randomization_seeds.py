@@ -1,40 +1,15 @@
 """Domain randomization over many seeds (issue 33): eqxrl's translation of Brax's PPO
 against Brax's own PPO training step, each vmapped over seeds in one program.
 
-`randomization.py` runs Brax's trainer, which compiles at every call and trains one
-seed at a time. But one seed's outcome on `CartpoleBalance` is a coin that float
-rounding throws: the task is either solved (a held-out greedy return near 1,000) or
-the run stalls near 600, and two runs that agree to `1e-6` after one iteration part
-after a few. Comparing how often each side solves it takes tens of seeds, so here
-both sides train every seed of a chunk in one vmapped program:
-
-- `brax`: Brax's `ppo.train` body rebuilt as one function of the seed, without
-  `pmap`: Brax's own `acting.generate_unroll`, `losses.compute_ppo_loss`,
-  `running_statistics`, `make_ppo_networks` and Adam, its minibatching and its key
-  splits, on Playground's randomized training environment
-  (`wrapper.wrap_for_brax_training` with `randomization.randomize`). Built this way
-  it agreed with Brax's trainer, same seed, to `1e-6` after one full iteration
-  (2026-11-28, jax 0.10.2).
-- `eqxrl`: `PPO.from_brax_hyperparameters(from_brax(env),
-  randomization_fn=randomize, **SETTINGS)`.
-- `eqxrl-statistics-after`: the same with `update_observation_statistics_first=False`
-  (the observation statistics updated after the epochs, the translation before
-  2026-11-29).
-
-Both use `(64, 64)` networks (`randomization.py --networks small`). Every final greedy
-policy is scored by `eqxrl.training.evaluate` on held-out draws of the same
-randomization (keys `10_000 + seed`, as `randomization.py`), and a seed counts as
-solved at a mean return of at least 990. Chunks of seeds run in turn for each arm
-(chunk `i`: seeds `i * S` to `(i + 1) * S - 1` on every arm) until `--chunks`, or
-until the next chunk, taking as long as the last, would end after `--budget-s`; the
-JSON is rewritten after each arm. No speed is read from it.
+Arms (`--arms`): `brax` (Brax's `ppo.train` body rebuilt as one function of the seed,
+from Brax's own pieces), `eqxrl` and `eqxrl-statistics-after`
+(`update_observation_statistics_first=False`), `(64, 64)` networks; a seed is solved
+at a held-out greedy return of 990. Chunks of `--seeds-per-chunk` seeds until
+`--chunks` or `--budget-s`. README: "Domain randomization against Brax's PPO".
 
     .venv-robot/bin/python benchmarks/randomization_seeds.py --quick   # a smoke run
-    .venv-robot/bin/python benchmarks/randomization_seeds.py --seeds-per-chunk 16 \\
-        --chunks 2 --out randomization_seeds.json
 """
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -62,7 +37,7 @@ except ImportError:
         ".venv-robot/bin/python"
     ) from None
 
-from _harness import block, greedy_return, seed_of
+from _harness import block, command_line, greedy_return, seed_of
 from randomization import QUICK, SETTINGS, TASK, BraxPolicy, randomize
 
 import eqxrl
@@ -234,23 +209,21 @@ def eqxrl_training(env: Any, settings: dict, statistics_first: bool) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds-per-chunk", type=int, default=None, help="(64)")
-    parser.add_argument("--chunks", type=int, default=None, help="(1)")
-    parser.add_argument("--first-seed", type=int, default=0, help="chunk 0's first")
-    parser.add_argument(
-        "--budget-s",
-        type=float,
-        default=math.inf,
-        help="start no chunk that the last one's time says would end after this",
-    )
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    parser.add_argument("--eval-episodes", type=int, default=None, help="(32)")
-    parser.add_argument(
-        "--quick", action="store_true", help="toy sizes, 2 seeds: a smoke run"
-    )
-    parser.add_argument("--out", type=Path, default=None, help="write a JSON here")
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        seeds_per_chunk={"type": int, "help": "(64)"},
+        chunks={"type": int, "help": "(1)"},
+        first_seed={"type": int, "default": 0, "help": "chunk 0's first"},
+        budget_s={
+            "type": float,
+            "default": math.inf,
+            "help": "start no chunk that the last one's time says would end after this",
+        },
+        arms=ARMS,
+        eval_episodes={"type": int, "help": "(32)"},
+        quick={"action": "store_true", "help": "toy sizes, 2 seeds: a smoke run"},
+        out={"type": Path, "help": "write a JSON here"},
+    ).parse_args()
     per_chunk = args.seeds_per_chunk or (2 if args.quick else 64)
     chunks = args.chunks or 1
     episodes = args.eval_episodes or (2 if args.quick else 32)

@@ -1,19 +1,9 @@
 """Recurrent PPO: speed against PureJaxRL's `ppo_rnn.py`, and the memory tasks.
 
-`speed` (the peers venv): eqxrl's PPO with `GRUActorCritic` against PureJaxRL's
-`ppo_rnn.py` at its own config (CartPole-v1, 4 envs x 128 steps, 5e5 steps, 4
-epochs x 4 minibatches, GRU 128, `DEBUG` off), alternating for `--pairs` rounds,
-then the feed-forward programs (eqxrl's default PPO, PureJaxRL's `ppo.py`): each
-library's recurrent/feed-forward throughput ratio. PureJaxRL is not on PyPI:
-extract `ppo_rnn.py`, `ppo.py` and `wrappers.py` into one folder, outside this
-repository. `ppo_rnn.py` calls Flax's old static `nn.GRUCell.initialize_carry`,
-which Flax 0.12 removed: `FLAX_PATCHES` rewrites those lines in memory at import
-(the file is not changed).
-
-`learning` (any venv with gymnax): the learning bars, 4 seeds vmapped per network,
-GRU and the default feed-forward: `StatelessCartPole-v1` (32 envs x 128 steps, 2e6
-steps), the mean episode return over the last 5% of iterations per seed; gymnax's
-`MemoryChain-bsuite` (memory length 5), the fraction of episodes right.
+`speed` (peers venv): GRU PPO against `ppo_rnn.py`, then the feed-forward programs,
+`--pairs` rounds; `--purejaxrl` is a folder with PureJaxRL's `ppo_rnn.py`, `ppo.py`
+and `wrappers.py` (`FLAX_PATCHES` adapts them to Flax 0.12 in memory). `learning`:
+the bars on `TASKS`, `--seeds` seeds vmapped. README: "Recurrent PPO".
 
     .venv-peers/bin/python benchmarks/recurrent.py speed --purejaxrl /tmp/pjrl
     .venv/bin/python benchmarks/recurrent.py learning

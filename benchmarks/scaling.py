@@ -1,22 +1,11 @@
 """What training over several devices costs and saves, as far as a CPU can show it.
 
-Parts (`--parts`, default all), each in a process of its own with its number of
-simulated CPU devices (`--xla_force_host_platform_device_count`):
-
-- `overhead`: PPO on CartPole-v1 (`--num-envs` x 128 steps), the whole run
-  (initialization included) as the one-device program against the sharded
-  program on a one-device mesh, alternating for `--pairs` pairs: target 1.00x.
-- `seeds`: `--seeds` PPO seeds with `eqxrl.train_seeds` on 1 device against split
-  over 2 simulated devices, which share the host's cores: what the split costs or
-  saves on this machine, not what 2 accelerators do.
-- `memory`: per-device memory (arguments, outputs, scratch) of PPO on Snake
-  (`--snake-envs` x `--snake-steps`) on 1, 2, 4 and 8 devices.
-- `model`: the collectives (all-reduce, all-gather) XLA put in the compiled
-  8-device programs of PPO on CartPole and Snake and DQN on CartPole, with sizes.
+Parts (`--parts`), each in a process with its own simulated CPU devices: `overhead`
+(the sharded program on one device against the plain one), `seeds` (`--seeds` on 1
+against 2 devices), `memory` (PPO on Snake, 1 to 8 devices) and `model` (the
+collectives in 8-device programs). README: "Scale-out".
 
     .venv/bin/python benchmarks/scaling.py
-    .venv/bin/python benchmarks/scaling.py --parts overhead --pairs 1 --num-envs 4 \\
-        --total-timesteps 4096
 """
 
 import argparse
@@ -29,7 +18,7 @@ import statistics
 
 import equinox as eqx
 import jax
-from _harness import Program, alternate, child_json, compile_timed, timed
+from _harness import Program, alternate, child_json, command_line, compile_timed, timed
 
 import eqxrl
 
@@ -203,16 +192,17 @@ def print_pair(result: dict, base: tuple[str, str], ours: tuple[str, str]) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--total-timesteps", type=int, default=64 * 128 * 32)
-    parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--snake-envs", type=int, default=4096)
-    parser.add_argument("--snake-steps", type=int, default=128)
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        parts=PARTS,
+        pairs=5,
+        num_envs=64,
+        total_timesteps=64 * 128 * 32,
+        seeds=8,
+        snake_envs=4096,
+        snake_steps=128,
+        child={"nargs": 2, "help": argparse.SUPPRESS},
+    ).parse_args()
     options = {
         "pairs": args.pairs,
         "num_envs": args.num_envs,

@@ -2,30 +2,12 @@
 `eqxrl.envs.from_brax`) replayed in host MuJoCo (the `mujoco` package) through its
 ONNX export, with no JAX in the replay.
 
-1. Check the NumPy ports below (`observe`, `reward`, `reset`) against Playground: the
-   observation and reward computed from the states of Playground's own environment
-   (a reset, then random actions) must equal Playground's (to 1e-5), and host MuJoCo
-   stepped from the same initial state with the same actions must follow the MJX
-   trajectory (the largest gap is reported).
-2. Train `eqxrl.PPO` (`PPO_SETTINGS`) on `TimeLimit(from_brax(env), 1000)`, MJX's
-   JAX implementation (`--impl jax`: faster than Warp on a CPU), for `--timesteps`
-   environment steps.
-3. The in-training evaluation: `eqxrl.training.evaluate` of the greedy policy in the
-   training environment, `--episodes` episodes of 1,000 steps.
-4. Export the greedy policy with `eqxrl.export_policy(..., "onnx")`, write the host
-   model (`mj_model`, with Playground's `sim_dt`) as an `.mjb` file, and replay
-   `--episodes` episodes in a fresh interpreter (`--replay DIR`) that imports
-   `eqxrl_deploy`, `mujoco` and NumPy only and asserts that JAX was never imported.
-
-The bar (issue 33): the host return within 5% of the in-training evaluation. The
-results are printed and written to `DIR/sim_to_sim.json` (`--out DIR`, default a new
-temporary directory), with the training steps and time, the CPU and the versions.
-
-Needs MuJoCo Playground, the `mujoco` package and the `export` extra: the
-`.venv-robot` venv. Run from the repository root:
+Checks the NumPy ports below against Playground, trains `eqxrl.PPO` for
+`--timesteps` steps, evaluates it in training, exports it and replays `--episodes`
+episodes in a fresh interpreter without JAX (`--replay DIR`). The bar: the host
+return within 5% of the training evaluation. README: "Sim-to-sim".
 
     .venv-robot/bin/python benchmarks/sim_to_sim.py --smoke   # a minute: no learning
-    .venv-robot/bin/python benchmarks/sim_to_sim.py           # the figure
 """
 
 import argparse

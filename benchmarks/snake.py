@@ -1,27 +1,19 @@
 """Snake throughput: eqxrl's Snake against Jumanji's Snake-v1, and PPO steps/s.
 
-Environment steps/s: N auto-resetting games vmapped in one `lax.scan`, actions
-uniform among the valid moves, the observation summed into the output (with
-`--ignore-observation` it is not, and XLA drops its computation: the state update
-alone). Jumanji's game (`AutoResetWrapper`, where installed) runs the same loop on
-the same board and N, alternating; median and best ratio, compile apart.
+Environment steps/s of `--num-envs` games per `--sizes` board (random valid moves)
+against Jumanji's where installed, `--pairs` rounds; PPO's steps/s with each of
+`--policies`. README: "Snake".
 
-PPO: steps/s of whole training iterations with the MLP, CNN and grid-transformer
-actor-critics.
-
-    make bench-peers                      # in the peers venv, with Jumanji
-    python benchmarks/snake.py --sizes 6 --num-envs 64 --pairs 1 --ppo-size 6 \\
-        --policies mlp --smoke            # a quick check, not a measurement
+    python benchmarks/snake.py --sizes 6 --num-envs 64 --pairs 1 --ppo-size 6 --smoke
 """
 
-import argparse
 import statistics
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from _harness import alternate, compile_program
+from _harness import alternate, command_line, compile_program
 
 import eqxrl
 
@@ -144,35 +136,35 @@ def benchmark_ppo(policy: str, size: int, iterations: int, repeats: int) -> None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 12])
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
-    parser.add_argument("--skip-env", action="store_true")
-    parser.add_argument(
-        "--ignore-observation",
-        action="store_true",
-        help="do not consume the observation (XLA then never computes it): the "
-        "state update alone",
-    )
-    parser.add_argument("--skip-ppo", action="store_true")
-    parser.add_argument(
-        "--policies",
-        nargs="+",
-        choices=list(NETWORK_FACTORIES),
-        default=list(NETWORK_FACTORIES),
-        help="actor-critics timed in the PPO part",
-    )
-    parser.add_argument(
-        "--ppo-size", type=int, default=10, help="board height and width, PPO part"
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="check that the script runs (seconds, not a measurement): 64 steps per "
-        "environment loop, and each policy's PPO timed once over one iteration",
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        pairs=5,
+        sizes=[10, 12],
+        num_envs=[1, 64, 1024, 4096],
+        skip_env=False,
+        ignore_observation={
+            "action": "store_true",
+            "help": "do not consume the observation (XLA then never computes it): the "
+            "state update alone",
+        },
+        skip_ppo=False,
+        policies={
+            "nargs": "+",
+            "choices": list(NETWORK_FACTORIES),
+            "default": list(NETWORK_FACTORIES),
+            "help": "actor-critics timed in the PPO part",
+        },
+        ppo_size={
+            "type": int,
+            "default": 10,
+            "help": "board height and width, PPO part",
+        },
+        smoke={
+            "action": "store_true",
+            "help": "check that the script runs (seconds, not a measurement): 64 steps "
+            "per environment loop, and each policy's PPO timed once over one iteration",
+        },
+    ).parse_args()
     print(
         f"jax {jax.__version__} on {jax.devices()[0].device_kind}; Jumanji "
         f"{jumanji.__version__ if jumanji else 'not installed: eqxrl only'}; "

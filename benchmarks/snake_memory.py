@@ -1,19 +1,12 @@
 """PPO rollout memory on Snake: the formula, the compiled figure and the measured peak.
 
-For each observation storage dtype (`float32`, PPO's default, and `uint8`, exact for
-Snake), in a process of its own: the rollout storage formula (`num_steps * num_envs`
-steps of the observation, 30 bytes of action, log-probability, value, reward, flags,
-action mask and episode statistics, and 16 bytes of the update's values, advantages
-and returns); the bytes of one rollout's stacked `Transition`s under
-`jax.eval_shape`; XLA's scratch memory for one compiled `train_iteration` (which
-also holds the minibatch activations); with `--run`, the peak resident memory over
-one real iteration.
+Per observation dtype (`float32`, `uint8`), in a process of its own: the storage
+formula, the stacked `Transition`s' bytes, XLA's scratch for one `train_iteration`,
+and with `--run` the peak resident memory of one iteration.
 
-    python benchmarks/snake_memory.py            # 4096 envs x 128 steps, 10x10
-    python benchmarks/snake_memory.py --run      # also the peak RSS
+    python benchmarks/snake_memory.py --run   # 4096 envs x 128 steps, 10x10
 """
 
-import argparse
 import json
 import math
 import resource
@@ -22,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from _harness import child_json, compile_timed, timed
+from _harness import child_json, command_line, compile_timed, timed
 
 import eqxrl
 
@@ -105,14 +98,15 @@ def analyse(args, dtype) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=10)
-    parser.add_argument("--num-envs", type=int, default=4096)
-    parser.add_argument("--num-steps", type=int, default=128)
-    parser.add_argument("--num-minibatches", type=int, default=32)
-    parser.add_argument("--run", action="store_true")
-    parser.add_argument("--child", choices=["float32", "uint8"])
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        size=10,
+        num_envs=4096,
+        num_steps=128,
+        num_minibatches=32,
+        run=False,
+        child={"choices": ["float32", "uint8"]},
+    ).parse_args()
     dtypes = {"float32": None, "uint8": jnp.uint8}
     if args.child:
         print(json.dumps(analyse(args, dtypes[args.child])))

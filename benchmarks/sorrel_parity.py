@@ -1,52 +1,17 @@
 """Parity of eqxrl's TreasureHunt with Sorrel 1.6.0's `treasurehunt` example, turn
 by turn.
 
-Sorrel needs Python >= 3.12 and PyTorch, so this runs in its own venv, never in the
-test suite (`benchmarks/README.md` has the setup):
+Sorrel needs Python >= 3.12 and PyTorch: `.venv-sorrel` (README: "Parity with
+Sorrel"). Per configuration, Sorrel's own world and eqxrl's `TreasureHunt` play the
+same random actions, Sorrel replaying eqxrl's placements and spawns; every turn the
+worlds, views, model inputs, observations and rewards are compared, reporting the
+first difference by episode, turn, agent and cell. `--spawn-samples` also compares
+the spawn distribution. (`eqxrl.envs.check_parity` compares per field, and its
+reference steps as a `step(action)` environment: Sorrel's turn does not.)
 
     .venv-sorrel/bin/python benchmarks/sorrel_parity.py
-    .venv-sorrel/bin/python benchmarks/sorrel_parity.py --configs default \
-        --episodes 1 --turns 10 --spawn-samples 0          # a quick check
-
-Each configuration builds Sorrel's own world (`TreasurehuntWorld`,
-`TreasurehuntEnv` with its agents, IQN models and observation specs) and eqxrl's
-`TreasureHunt` with the same settings, then runs episodes as Sorrel's
-`run_experiment` does (`env.reset()`, each model's `start_epoch_action`, then
-`env.take_turn()` per turn), with the same uniformly random actions on both sides:
-
-- **Placements**: after `env.reset()`, Sorrel's agents are moved to the cells
-  eqxrl's `reset` drew (`world.remove` / `world.add`).
-- **Spawns**: random on both sides, so Sorrel replays eqxrl's outcome. The NumPy
-  that Sorrel's `EmptyEntity.transition` draws from is replaced by a stand-in whose
-  `random()` returns 0 (spawn) for the cells where eqxrl spawned an item on that
-  turn and 1 (no spawn) elsewhere, and whose `choice` picks the entity of eqxrl's
-  kind; everything else in the turn is Sorrel's code. The number of draws (one per
-  cell Sorrel lets spawn) is checked against eqxrl's empty cells.
-- **Actions**: each agent's model's `take_action` returns the scripted action
-  (and records the model input it was given); the agent's own `transition`
-  (`pov`, frame stacking from its replay memory, `act`, `add_memory`) runs as is.
-
-Checked on every turn, reporting the first difference by episode, turn, agent
-and cell: the world after the spawns (walls, items by kind, agents) and the agents'
-positions; every agent's current view by Sorrel's `pov` (its RGB or one-hot
-encoding) against eqxrl's newest frame; agent 0's whole model input (5 stacked
-frames from Sorrel's replay memory) against eqxrl's observation; the other agents'
-observations against the stack of their start-of-turn views (Sorrel's agent `i`
-looks after agents `0 .. i-1` have moved, a documented difference; the script
-counts how often that changes its input); the rewards; the world and positions
-after the moves. `--spawn-samples` also compares the spawn *distribution* (Sorrel's
-own random draws against eqxrl's): the rate per empty cell and the share of each
-kind.
-
-`eqxrl.envs.check_parity` does not fit here: its reference is a one-step
-`step(action) -> observation` environment stepped before the port, while Sorrel's
-turn is spawns then moves (eqxrl's step is moves then the next turn's spawns) and
-the spawns must come from the port's step; positions and items are not `TimeStep`
-fields; and it reports per field, not per agent and cell. Its `ParityReport`
-prints the summary.
 """
 
-import argparse
 import collections
 import math
 import sys
@@ -57,7 +22,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import torch
-from _harness import timed
+from _harness import command_line, timed
 
 import eqxrl
 
@@ -496,16 +461,14 @@ def spawn_distribution(samples: int, probability: float, seed: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
-    parser.add_argument("--episodes", type=int, default=3)
-    parser.add_argument("--turns", type=int, default=100)
-    parser.add_argument("--spawn-samples", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    unknown = sorted(set(args.configs) - set(CONFIGS))
-    if unknown:
-        parser.error(f"unknown configs {unknown}; valid: {list(CONFIGS)}")
+    args = command_line(
+        __doc__,
+        configs=tuple(CONFIGS),
+        episodes=3,
+        turns=100,
+        spawn_samples=300,
+        seed=0,
+    ).parse_args()
     total = 0
     try:
         for name in args.configs:

@@ -1,23 +1,12 @@
 """TD3 on Pendulum-v1: against rejax's TD3, and eqxrl's defaults against the bar.
 
-Parts (`--parts`, default both):
+Parts (`--parts`): `peers` (against rejax 0.1.3's TD3 at `REJAX_TD3`, `--pairs`
+rounds, greedy returns over `--episodes`; skipped without rejax) and `defaults`
+(`--algorithms` at their defaults, `--seeds` vmapped, against above -250 on 3 of 4
+seeds). README: "TD3 against rejax, PQN against purejaxql".
 
-- `peers`: eqxrl's `TD3` against rejax 0.1.3's on rejax's Pendulum settings
-  (`REJAX_TD3`, its `configs/gymnax/pendulum.yaml`; its noises in Pendulum's
-  `[-2, 2]` units, halved for eqxrl's `[-1, 1]`), both with 64x64 swish networks,
-  alternating for `--pairs` rounds (a seed each), rejax's evaluation a no-op; each
-  seed's greedy return over `--episodes` episodes (rejax's evaluator and
-  `eqxrl.training.evaluate`), mean and spread. Skipped without rejax.
-- `defaults`: `TD3` and `DDPG` (`--algorithms`) at their defaults on Pendulum-v1,
-  20,000 steps, `--seeds` seeds vmapped: each seed's mean training return over the
-  last 2,000 steps against the bar (above -250 on 3 of 4 seeds).
-
-    NPROC=8 .venv-peers/bin/python benchmarks/td3.py --parts peers --pairs 5
-    NPROC=8 .venv/bin/python benchmarks/td3.py --parts defaults --seeds 4
     .venv/bin/python benchmarks/td3.py --smoke   # a quick check of both parts
 """
-
-import argparse
 
 import equinox as eqx
 import jax
@@ -25,6 +14,7 @@ import jax.random as jr
 import numpy as np
 from _harness import (
     alternate,
+    command_line,
     final_return,
     greedy_return,
     missing,
@@ -163,18 +153,17 @@ def run_defaults_part(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", default=["peers", "defaults"])
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--peer-steps", type=int, default=REJAX_TD3["total_timesteps"])
-    parser.add_argument("--episodes", type=int, default=16)
-    parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--defaults-steps", type=int, default=20_000)
-    parser.add_argument("--algorithms", nargs="+", default=["TD3", "DDPG"])
-    parser.add_argument(
-        "--smoke", action="store_true", help="toy sizes: check that it runs"
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        parts=["peers", "defaults"],
+        pairs=5,
+        peer_steps=REJAX_TD3["total_timesteps"],
+        episodes=16,
+        seeds=4,
+        defaults_steps=20_000,
+        algorithms=["TD3", "DDPG"],
+        smoke={"action": "store_true", "help": "toy sizes: check that it runs"},
+    ).parse_args()
     bar_steps, learning_starts = 2_000, None
     if args.smoke:
         args.pairs, args.peer_steps, args.episodes = 1, 2_000, 2

@@ -1,23 +1,13 @@
 """What the training driver costs: `eqxrl.Trainer` against the one-program `train`.
 
-PPO on CartPole-v1 at its defaults, `--total-timesteps` steps (2^18: 512
-iterations), four variants alternated for `--rounds` rounds:
-
-- `train`: `ppo.train(key)`, the whole run as one compiled program;
-- `trainer16` / `trainer64`: `Trainer(ppo, chunk_size=16 or 64).fit(seed)`, no
-  files and no evaluation: the chunked loop alone;
-- `trainer16+files`: chunks of 16 with all a real run writes (metrics.csv, a
-  checkpoint every tenth of the run, the policy, curve.png, a 16-episode
-  evaluation).
-
-Per variant: the compile time (the Trainer reports its chunk program's to its
-loggers), the median and best steps/s and ratio to `train`. Every variant must end
-with bit-identical parameters (checked).
+PPO on CartPole-v1 for `--total-timesteps`, `--rounds` alternating rounds of `train`,
+`Trainer` in chunks of 16 and 64, and chunks of 16 with every file a run writes:
+compile time, steps/s and ratio to `train`; every variant must end with
+bit-identical parameters.
 
     .venv/bin/python benchmarks/trainer_overhead.py --rounds 5
 """
 
-import argparse
 import math
 import statistics
 import tempfile
@@ -25,7 +15,7 @@ import tempfile
 import equinox as eqx
 import jax
 import numpy as np
-from _harness import Program, alternate, lowered_program, timed
+from _harness import Program, alternate, command_line, lowered_program, timed
 
 import eqxrl
 
@@ -50,10 +40,7 @@ def parameters(state) -> list[np.ndarray]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--total-timesteps", type=int, default=2**18)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = command_line(__doc__, total_timesteps=2**18, rounds=5).parse_args()
 
     ppo = eqxrl.PPO(
         env=eqxrl.envs.make("CartPole-v1"), total_timesteps=args.total_timesteps

@@ -1,31 +1,13 @@
 """Value-based learning on CartPole-v1: the replay buffer, DQN and IQN, against rejax.
 
-Parts (`--parts`, default all):
+Parts (`--parts`; README: "Value-based"): `buffer` (`ReplayBuffer.add` and `sample`
+per `--capacities`, and whether the donated `add` is in place), `peers` (against
+rejax 0.1.3's DQN and IQN at `REJAX`, `--pairs` rounds; skipped without rejax) and
+`defaults` (at their defaults, `--seeds` vmapped, against >= 400 on 3 of 4 seeds).
 
-- `buffer`: `ReplayBuffer.add` and `sample` against the capacity (CartPole-shaped
-  transitions, 10^3..10^6 rows, microseconds per operation, best of 5): `add` in a
-  jitted `lax.scan` of 4096 adds (the buffer a carry, as in DQN), as one jitted
-  call per add with the buffer donated, and without donation (XLA copies the
-  buffer: the contrast); `sample` (batch 128, 1- and 3-step returns) in a scan of
-  1024 draws; and whether the donated `add` compiles to an in-place
-  `dynamic-update-slice`.
-- `peers`: eqxrl's `DQN` and `IQN` against rejax 0.1.3's on rejax's own CartPole
-  settings (`REJAX`, from its `configs/gymnax/cartpole.yaml`), alternating for
-  `--pairs` rounds, rejax's evaluation a no-op; final returns of the greedy policy
-  (epsilon 0.005, as rejax's `make_act`) over 128 episodes. DQN (several updates
-  per iteration) also runs with twice the updates per iteration: the difference is
-  one update's time in training, which bounds the steps/s that cutting everything
-  else could reach. Needs the peers venv; skipped without rejax.
-- `defaults`: `DQN` and `IQN` at their defaults (500,000 steps), 4 seeds vmapped:
-  each seed's mean return over the last 5% of iterations against the learning bar
-  (>= 400 on 3 of 4 seeds).
-
-    .venv-peers/bin/python benchmarks/value_based.py            # everything
-    .venv/bin/python benchmarks/value_based.py --parts buffer defaults
-    .venv-peers/bin/python benchmarks/value_based.py --parts peers --pairs 5
+    .venv-peers/bin/python benchmarks/value_based.py
 """
 
-import argparse
 import dataclasses
 import importlib.metadata
 import statistics
@@ -39,6 +21,7 @@ import jax.random as jr
 from _harness import (
     alternate,
     block,
+    command_line,
     greedy_return,
     last_part,
     print_comparison,
@@ -320,33 +303,21 @@ def run_defaults_part(seeds: int, total_timesteps: int = 500_000) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--parts",
-        nargs="+",
-        choices=["buffer", "peers", "defaults"],
-        default=["buffer", "peers", "defaults"],
-    )
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument(
-        "--algorithms", nargs="+", choices=["DQN", "IQN"], default=["DQN", "IQN"]
-    )
-    parser.add_argument("--dqn-steps", type=int, default=100_000)
-    parser.add_argument("--iqn-steps", type=int, default=20_000)
-    parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument(
-        "--defaults-steps",
-        type=int,
-        default=500_000,
-        help="steps per seed of the defaults part (the learning bar needs 500,000)",
-    )
-    parser.add_argument(
-        "--capacities",
-        type=int,
-        nargs="+",
-        default=[1_000, 10_000, 100_000, 1_000_000],
-    )
-    args = parser.parse_args()
+    args = command_line(
+        __doc__,
+        parts=("buffer", "peers", "defaults"),
+        pairs=5,
+        algorithms=("DQN", "IQN"),
+        dqn_steps=100_000,
+        iqn_steps=20_000,
+        seeds=4,
+        defaults_steps={
+            "type": int,
+            "default": 500_000,
+            "help": "steps per seed of the defaults part (the bar needs 500,000)",
+        },
+        capacities=[1_000, 10_000, 100_000, 1_000_000],
+    ).parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}, eqxrl {eqxrl.__file__}")
     if "buffer" in args.parts:
         run_buffer_part(args.capacities)
