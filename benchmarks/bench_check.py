@@ -17,25 +17,25 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
-from _harness import child_json, command_line, cpu_name, timed
+from _harness import (
+    child_json,
+    command_line,
+    compile_program,
+    cpu_name,
+    lowered_program,
+)
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 WORKLOADS = ("ppo-contract", "ppo-wide", "dqn", "snake")
 DROP = 0.03
 
 
-def _timed(run, repeats: int) -> tuple[float, float]:
-    """(compile-and-first-run seconds, best seconds of `repeats` timed runs)."""
-    first, _ = timed(run, 0)
-    return first, min(timed(run, seed)[0] for seed in range(1, repeats + 1))
-
-
 def _measure(workload: str, repeats: int, quick: bool) -> dict[str, float]:
-    """Steps per second and compile seconds of one workload, in this process
-    (`quick`: toy sizes, to check that the script works)."""
+    """Steps per second (the best of `repeats` timed runs after a first one) and
+    compile seconds of one workload, in this process (`quick`: toy sizes, to check
+    that the script works)."""
     import equinox as eqx
     import jax.random as jr
 
@@ -44,14 +44,7 @@ def _measure(workload: str, repeats: int, quick: bool) -> dict[str, float]:
         from ppo_cartpole import make_ppo
 
         ppo = make_ppo(workload.removeprefix("ppo-"), 4096 if quick else None)
-        start = time.perf_counter()
-        compiled = ppo.lower(jr.key(0)).compile()
-        compile_seconds = time.perf_counter() - start
-        steps = ppo.num_iterations * ppo.num_envs * ppo.num_steps
-
-        def run(seed):
-            return compiled(ppo, jr.key(seed), True)
-
+        program = lowered_program(ppo)
     elif workload == "dqn":
         from value_based import eqxrl_dqn_on_rejax_settings
 
@@ -60,33 +53,27 @@ def _measure(workload: str, repeats: int, quick: bool) -> dict[str, float]:
             lambda algorithm, key: algorithm.train(key),
             compiler_options=dqn.compiler_options,
         )
-        start = time.perf_counter()
-        compiled = train.lower(dqn, jr.key(0)).compile()
-        compile_seconds = time.perf_counter() - start
         steps = dqn.num_iterations * dqn.steps_per_iteration
-
-        def run(seed):
-            return compiled(dqn, jr.key(seed))
-
+        program = compile_program(train, lambda seed: (dqn, jr.key(seed)), steps)
     elif workload == "snake":
         from snake import eqxrl_loop
 
         num_envs, num_steps = (64, 16) if quick else (1024, 2048)
         loop = eqxrl_loop(10, num_envs, num_steps)
-        start = time.perf_counter()
-        compiled = loop.lower(jr.key(0)).compile()
-        compile_seconds = time.perf_counter() - start
-        steps = num_envs * num_steps
-
-        def run(seed):
-            return compiled(jr.key(seed))
-
+        program = compile_program(
+            loop, lambda seed: (jr.key(seed),), num_envs * num_steps
+        )
     else:
         raise ValueError(f"unknown workload {workload!r}; choose from {WORKLOADS}")
     # Snake's runs are short (half a second) and this 2-core VM's speed for them is
     # bimodal (1.8M or 3.9M steps/s, whatever the code): more runs find the fast mode.
-    _, best = _timed(run, repeats * 5 if workload == "snake" else repeats)
-    return {"steps_per_second": steps / best, "compile_seconds": compile_seconds}
+    runs = repeats * 5 if workload == "snake" else repeats
+    program.run(0)
+    best = min(program.run(seed)[0] for seed in range(1, runs + 1))
+    return {
+        "steps_per_second": program.work / best,
+        "compile_seconds": program.compile_seconds,
+    }
 
 
 def _worker(workloads: list[str], repeats: int, quick: bool) -> None:

@@ -203,14 +203,7 @@ def main() -> None:
         snake_steps=128,
         child={"nargs": 2, "help": argparse.SUPPRESS},
     ).parse_args()
-    options = {
-        "pairs": args.pairs,
-        "num_envs": args.num_envs,
-        "total_timesteps": args.total_timesteps,
-        "seeds": args.seeds,
-        "snake_envs": args.snake_envs,
-        "snake_steps": args.snake_steps,
-    }
+    options = {k: v for k, v in vars(args).items() if k not in ("parts", "child")}
     if args.child:
         child(args.child[0], json.loads(args.child[1]))
         return
