@@ -67,17 +67,10 @@ def compile_timed(
 
 @dataclass
 class Program:
-    """One side of a comparison.
-
-    - `run(seed) -> (seconds, output)`: one timed run.
-    - `work`: what one run does, in the unit its rate is given in (environment
-      steps, epochs).
-    - `compile_seconds`: the compile, timed apart.
-    - `facts(output, seed) -> dict`: what to read from a run's output (a final
-      return), after the clock stops.
-    - `compiled`: the compiled program, where there is one (memory, HLO).
-    - `evaluate(output, seed) -> float`: a peer's own evaluation of a run's output.
-    """
+    """One side of a comparison: `run(seed) -> (seconds, output)`, the `work` of a
+    run in its rate's unit, the compile apart, `facts(output, seed)` read after the
+    clock stops, the compiled program where there is one, and a peer's own
+    `evaluate(output, seed)`."""
 
     run: Callable[[int], tuple[float, Any]]
     work: float
@@ -364,19 +357,11 @@ def import_file(
     patches: Iterable[tuple[str, str]] = (),
     keep: bool = False,
 ) -> types.ModuleType:
-    """A peer's script that is not on PyPI (PureJaxRL, purejaxql, JaxMARL's
-    baselines), imported from `path`, with its folder first on `sys.path`.
-
-    **Arguments:**
-
-    - `stubs`: modules it imports but does not need here, stood in for where not
-      installed (`stand_ins`).
-    - `modules`: modules put in place of others, installed or not (a wandb that
-      records what the script logs).
-    - `patches`: `(old, new)` replacements made to the source in memory (the file
-      is not changed); each `old` must be there.
-    - `keep`: leave the stand-ins in `sys.modules` after the import.
-    """
+    """A peer's script that is not on PyPI, imported from `path` (its folder first
+    on `sys.path`): `stubs` stood in for where not installed (`stand_ins`),
+    `modules` put in place of others (installed or not), `patches` `(old, new)`
+    made to the source in memory (each `old` must be there); `keep` leaves the
+    stand-ins in `sys.modules`."""
     path = Path(path)
     if not path.exists():
         raise SystemExit(f"{path} is missing: see the script's docstring.")
@@ -466,10 +451,9 @@ def purejaxrl_program(
 
 
 def rejax_program(name: str, config: dict, total_timesteps: int) -> Program:
-    """rejax's `name` (`"DQN"`, `"IQN"`, `"TD3"`, ...) with `config`, training
-    alone: its periodic evaluation a no-op over the whole run. A run's output is
-    the final training state, which its `evaluate` scores with rejax's own
-    evaluation (keys `10_000 + seed`)."""
+    """rejax's `name` (`"DQN"`, `"TD3"`, ...) with `config`, its periodic evaluation
+    a no-op; a run's output is the final state, which `evaluate` scores with
+    rejax's own evaluation (keys `10_000 + seed`)."""
     import rejax
 
     original = getattr(rejax, name).create(
@@ -492,10 +476,8 @@ def rejax_program(name: str, config: dict, total_timesteps: int) -> Program:
 
 
 def provide_device_put_replicated() -> None:
-    """Give a jax without `jax.device_put_replicated` (removed in jax 0.10) the one
-    Brax 0.14.2's trainers call: `x` stacked once per device along a new leading
-    axis and put with one shard per device, what `jax.pmap` takes. Brax's own code
-    runs unchanged; nothing happens on a jax that still has the function."""
+    """Give a jax without `jax.device_put_replicated` (gone in jax 0.10) the one
+    Brax 0.14.2's trainers call: `x` stacked once per device, one shard each."""
     if hasattr(jax, "device_put_replicated"):
         return
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -515,11 +497,10 @@ def provide_device_put_replicated() -> None:
 
 
 def brax_epochs_rate(progress: list[tuple[int, dict]], prefill: int = 0) -> dict:
-    """A Brax trainer's speed from what it reported to `progress_fn` after each
-    epoch: its first two epochs compile (PPO's training step compiles at its first
-    call and again on the donated outputs), so the rate is that of epochs 3 on,
-    and the compile time is the first two epochs' time less their training steps
-    at that rate (`prefill`: steps that ran no updates, counted as compiling)."""
+    """A Brax trainer's speed from its `progress_fn` reports: the rate of epochs 3
+    on (PPO's step compiles at its first call and again on the donated outputs),
+    the compile time the first two epochs' time less their steps at that rate
+    (`prefill`: steps that ran no updates, counted as compiling)."""
     epochs = [(s, m["training/walltime"]) for s, m in progress if "training/sps" in m]
     if len(epochs) < 3:
         raise ValueError("Brax's rate is read from its third epoch: num_evals >= 4")
