@@ -16,6 +16,7 @@ from .._random import split
 from ..buffers import ReferenceMotion
 from ..nn import AbstractPolicy
 from ._base import AbstractAlgorithm
+from ._epochs import minibatch_epochs
 from ._ppo import PPO, PPOState
 
 
@@ -376,39 +377,34 @@ class AMP(AbstractAlgorithm[AMPState]):
         policy's transitions against reference samples; the mean statistics."""
         features = jnp.concatenate([observation, next_observation], axis=-1)
         policy = features.reshape(-1, features.shape[-1]).astype(jnp.float32)
-        num_rows = policy.shape[0]
-        minibatch_size = num_rows // self.discriminator_minibatches
+        minibatch_size = policy.shape[0] // self.discriminator_minibatches
         optimizer = self.make_discriminator_optimizer()
         grad_fn = eqx.filter_value_and_grad(discriminator_loss, has_aux=True)
         parameters, static = eqx.partition(discriminator, eqx.is_inexact_array)
 
-        def minibatch_update(carry, inputs):
+        def minibatch_update(carry, policy_rows, reference_key):
             parameters, optimizer_state = carry
-            indices, reference_key = inputs
             model = eqx.combine(parameters, static)
             reference = jnp.concatenate(
                 self._as_stored(self.reference.sample(reference_key, minibatch_size)),
                 axis=-1,
             ).astype(jnp.float32)
             (_, statistics), grads = grad_fn(
-                model, reference, policy[indices], self.gradient_penalty
+                model, reference, policy_rows, self.gradient_penalty
             )
             grads = eqx.filter(grads, eqx.is_inexact_array)
             updates, optimizer_state = optimizer.update(grads, optimizer_state)
             parameters = eqx.apply_updates(parameters, updates)
             return (parameters, optimizer_state), statistics
 
-        def epoch(carry, epoch_key):
-            permutation_key, reference_key = split(epoch_key)
-            permutation = jr.permutation(permutation_key, num_rows)
-            indices = permutation.reshape(self.discriminator_minibatches, -1)
-            reference_keys = split(reference_key, self.discriminator_minibatches)
-            return jax.lax.scan(minibatch_update, carry, (indices, reference_keys))
-
-        (parameters, optimizer_state), statistics = jax.lax.scan(
-            epoch,
+        (parameters, optimizer_state), statistics = minibatch_epochs(
+            minibatch_update,
             (parameters, optimizer_state),
-            split(key, self.discriminator_epochs),
+            policy,
+            key,
+            num_epochs=self.discriminator_epochs,
+            num_minibatches=self.discriminator_minibatches,
+            minibatch_keys=True,
         )
         statistics = jtu.tree_map(jnp.mean, statistics)
         return eqx.combine(parameters, static), optimizer_state, statistics

@@ -1,6 +1,5 @@
 import contextlib
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -17,7 +16,7 @@ from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray, PyTree
 
 from .._config import in_range
 from .._filters import filter_scan
-from .._random import permutation as random_permutation, split
+from .._random import split
 from ..buffers import Transition
 from ..distributions import DiagonalGaussian, MaskedCategorical
 from ..envs import (
@@ -53,6 +52,7 @@ from ._checks import (
     refuse_multi_agent,
     samples_only_valid_actions,
 )
+from ._epochs import minibatch_epochs, take_rows
 from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._purejaxrl_config import purejaxrl_ppo_arguments
@@ -1440,27 +1440,24 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
         else:
             num_rows, minibatch_rows = batch_size, minibatch_size
 
+        def sequence_rows(rows, environments):
+            sequences, carry = rows
+            return (
+                jtu.tree_map(lambda x: x[:, environments], sequences),
+                jtu.tree_map(lambda x: x[environments], carry),
+            )
+
         def environment_rows(x, environments):
             # The rows of whole environments' rollouts (rows are step-major).
             by_environment = x.reshape(num_steps, num_columns, *x.shape[1:])
             return by_environment[:, environments].reshape(-1, *x.shape[1:])
 
-        def minibatch_update(rows, carry, inputs):
+        def minibatch_update(carry, minibatch, noise_key):
             model, optimizer_state = carry
-            indices, noise_key = inputs if squashed else (inputs, None)
             if recurrent:
-                batch, batch_advantages, batch_returns = jtu.tree_map(
-                    lambda x: x[:, indices], sequences
-                )
-                batch_carry = jtu.tree_map(lambda x: x[indices], segment_carry)
-            elif self.minibatch_environments:
-                batch, batch_advantages, batch_returns = jtu.tree_map(
-                    lambda x: environment_rows(x, indices), rows
-                )
+                (batch, batch_advantages, batch_returns), batch_carry = minibatch
             else:
-                batch, batch_advantages, batch_returns = jtu.tree_map(
-                    lambda x: x[indices], rows
-                )
+                batch, batch_advantages, batch_returns = minibatch
             noise = None
             if squashed:
                 noise = jr.normal(noise_key, batch.action.shape, jnp.float32)
@@ -1494,22 +1491,32 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
             model = eqx.apply_updates(model, updates)
             return (model, optimizer_state), statistics
 
-        def epoch(carry, epoch_key):
-            rows = current_advantages(carry[0]) if self.recompute_advantages else flat
-            if squashed:
-                epoch_key, noise_key = split(epoch_key)
-            permutation = random_permutation(epoch_key, num_rows)
-            indices = permutation.reshape(self.num_minibatches, minibatch_rows)
-            if squashed:
-                indices = (indices, split(noise_key, self.num_minibatches))
-            return filter_scan(
-                functools.partial(minibatch_update, rows), carry, indices
+        if recurrent:
+            rows, gather = (sequences, segment_carry), sequence_rows
+        elif self.minibatch_environments:
+            rows, gather = (
+                flat,
+                lambda rows, indices: jtu.tree_map(
+                    lambda x: environment_rows(x, indices), rows
+                ),
             )
-
-        (model, optimizer_state), statistics = filter_scan(
-            epoch,
+        else:
+            rows, gather = flat, take_rows
+        (model, optimizer_state), statistics = minibatch_epochs(
+            minibatch_update,
             (state.model, state.optimizer_state),
-            split(key, self.num_epochs),
+            rows,
+            key,
+            num_epochs=self.num_epochs,
+            num_minibatches=self.num_minibatches,
+            num_rows=num_rows,
+            gather=gather,
+            minibatch_keys=squashed,
+            epoch_rows=(
+                (lambda carry: current_advantages(carry[0]))
+                if self.recompute_advantages
+                else None
+            ),
         )
         if (
             observation_statistics is not None

@@ -16,7 +16,6 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 from .._config import in_range
 from .._filters import filter_scan
 from .._random import (
-    permutation as random_permutation,
     split,
     uniform as random_uniform,
 )
@@ -42,6 +41,7 @@ from ..nn import (
 )
 from ._base import injected_learning_rate
 from ._checks import check_q_network, refuse_auto_reset, refuse_multi_agent
+from ._epochs import minibatch_epochs
 from ._metrics import episode_statistics, iteration_episode_metrics
 from ._on_policy import AbstractOnPolicyAlgorithm
 from ._returns import compute_q_lambda_returns
@@ -751,9 +751,9 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         grad_fn = eqx.filter_grad(loss, has_aux=True)
         recurrent = network.is_recurrent
 
-        def minibatch_update(carry, indices):
+        def minibatch_update(carry, minibatch, key):
+            del key
             network, optimizer_state = carry
-            minibatch = jtu.tree_map(lambda x: x[indices], rows)
             if recurrent:
                 with sequence_batch_hint(minibatch_rows):
                     grads, statistics = grad_fn(network, *minibatch)
@@ -764,13 +764,12 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             )
             return (eqx.apply_updates(network, updates), optimizer_state), statistics
 
-        def epoch(carry, epoch_key):
-            indices = random_permutation(epoch_key, num_rows).reshape(
-                self.num_minibatches, minibatch_rows
-            )
-            return filter_scan(minibatch_update, carry, indices)
-
-        (network, optimizer_state), statistics = filter_scan(
-            epoch, (network, optimizer_state), split(key, self.num_epochs)
+        (network, optimizer_state), statistics = minibatch_epochs(
+            minibatch_update,
+            (network, optimizer_state),
+            rows,
+            key,
+            num_epochs=self.num_epochs,
+            num_minibatches=self.num_minibatches,
         )
         return network, optimizer_state, statistics
