@@ -279,9 +279,8 @@ def test_next_observation_is_the_pre_reset_observation():
         **{**SMALL, "num_steps": 64, "total_timesteps": 256},
     )
     state = ppo.init(jr.key(0))
-    _, timestep, _, transitions, _ = ppo._collect(
-        state, jr.key(1), next_observation=True
-    )
+    after, transitions, _, _ = ppo.rollout(state, jr.key(1), next_observation=True)
+    timestep = after.timestep
     observation = np.asarray(transitions.observation)
     following = np.concatenate([observation[1:], timestep.observation[None]])
     next_observation = np.asarray(transitions.extras["next_observation"])
@@ -294,7 +293,7 @@ def test_next_observation_is_the_pre_reset_observation():
     assert not np.any(np.all(ended == following[done], axis=-1))
     assert np.all((np.abs(ended[:, 0]) > 2.4) | (np.abs(ended[:, 2]) > 0.2094))
     # Off by default: PPO's own rollouts store nothing more.
-    _, _, _, plain, _ = ppo._collect(state, jr.key(1))
+    _, plain, _, _ = ppo.rollout(state, jr.key(1))
     assert "next_observation" not in plain.extras
 
 

@@ -178,7 +178,7 @@ def test_rollout_bootstraps_truncation_from_the_final_observation():
     env = eqxrl.envs.TimeLimit(eqxrl.envs.CartPole(), 5)
     ppo = eqxrl.PPO(env=env, num_envs=2, num_steps=12, total_timesteps=24)
     state = ppo.init(jr.key(0))
-    _, _, _, transitions, truncated_values = ppo._collect(state, jr.key(1))
+    _, transitions, truncated_values, _ = ppo.rollout(state, jr.key(1))
     truncated = np.asarray(transitions.truncated)
     assert truncated[[4, 9]].all() and truncated.sum() == 4
     values = np.asarray(truncated_values)
@@ -193,6 +193,9 @@ def _arrays(tree):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings(
+    "ignore:PPO\\(recompute_advantages=True\\):DeprecationWarning"
+)
 def test_recompute_advantages_revalues_the_rollout_with_the_current_critic(env):
     """`recompute_advantages=True`: every epoch's advantages and value targets
     come from the critic as it is then. With the critic frozen (`vf_coef=0`: no
@@ -257,6 +260,9 @@ MINIBATCHES = []
 
 
 @pytest.mark.parametrize("whole_environments", [False, True])
+@pytest.mark.filterwarnings(
+    "ignore:PPO\\(minibatch_environments=True\\):DeprecationWarning"
+)
 def test_minibatch_environments_draws_whole_rollouts(whole_environments):
     """With `minibatch_environments=True` each minibatch is the whole rollouts of
     num_envs / num_minibatches environments (each environment's tag seen
@@ -288,6 +294,9 @@ def test_minibatch_environments_draws_whole_rollouts(whole_environments):
             assert all(len(tags) > num_envs // num_minibatches for tags, _ in counts)
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PPO\\(minibatch_environments=True\\):DeprecationWarning"
+)
 def test_minibatch_environments_needs_num_minibatches_to_divide_num_envs(env):
     with pytest.raises(ValueError, match="num_minibatches=3 must divide num_envs=4"):
         eqxrl.PPO(
@@ -350,11 +359,23 @@ def test_update_observation_statistics_first_normalizes_the_updates_by_the_rollo
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("option", ["recompute_advantages", "minibatch_environments"])
+def test_options_without_a_measured_gain_are_deprecated(env, option):
+    """Setting either warns, at the line that builds the PPO; leaving it does not."""
+    with pytest.warns(DeprecationWarning, match=rf"PPO\({option}=True\)") as record:
+        eqxrl.PPO(env=env, **SMALL, **{option: True})
+    assert record[0].filename == __file__
+    eqxrl.PPO(env=env, **SMALL, **{option: False})
+
+
 def test_update_observation_statistics_first_needs_normalized_observations(env):
     with pytest.raises(ValueError, match="needs normalize_observations=True"):
         eqxrl.PPO(env=env, update_observation_statistics_first=True, **SMALL)
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PPO\\(recompute_advantages=True\\):DeprecationWarning"
+)
 def test_recompute_advantages_refuses_a_recurrent_critic(env):
     ppo = eqxrl.PPO(
         env=env,

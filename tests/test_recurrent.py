@@ -73,7 +73,7 @@ def first_update_outputs(ppo: eqxrl.PPO, key: PRNGKeyArray):
     values, as `train_iteration` and `learn` order their keys."""
     state = ppo.init(key)
     _, collect_key, update_key = split(state.key, 3)
-    _, _, _, transitions, _ = ppo._collect(state, collect_key)
+    _, transitions, _, _ = ppo.rollout(state, collect_key)
     segment_carry = ppo.starting_carries(state.model, state.carry, state.timestep)
     zeros = jnp.zeros_like(transitions.reward)
     sequences, _, _ = ppo._sequences(transitions, zeros, zeros)

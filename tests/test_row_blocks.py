@@ -10,6 +10,7 @@ import pytest
 
 import eqxrl
 import eqxrl.algorithms._ppo as ppo_module
+import eqxrl.algorithms._ppo_rollout as ppo_rollout_module
 from eqxrl.algorithms._row_blocks import (
     cpu_row_blocks,
     map_over_row_blocks,
@@ -73,6 +74,7 @@ def test_ppo_trains_the_same_in_blocks(monkeypatch):
     assert cpu_row_blocks(ppo.minibatch_size, state.model) == 4
     blocked, blocked_metrics = eqx.filter_jit(ppo.train_iteration)(state)
     monkeypatch.setattr(ppo_module, "cpu_row_blocks", lambda rows, network: 1)
+    monkeypatch.setattr(ppo_rollout_module, "cpu_row_blocks", lambda rows, network: 1)
     jax.clear_caches()  # trace again, without blocks
     whole, whole_metrics = eqx.filter_jit(ppo.train_iteration)(state)
     for a, b in zip(

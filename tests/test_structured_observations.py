@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import eqxrl
+from eqxrl.algorithms._observation_storage import store_observation
 from eqxrl.envs import Box, Dict, Discrete, Tuple
 from eqxrl.nn import MultiInputActorCritic, ObservationEncoder
 from eqxrl.training import config_fields
@@ -301,7 +302,10 @@ def test_from_gymnasium_reads_a_dict_with_one_key():
 
 def test_storage_dtype_keeps_discrete_leaves_exact(sensor_cartpole):
     ppo = eqxrl.PPO(env=sensor_cartpole, observation_storage_dtype=jnp.uint8)
-    stored = ppo._store_observation({"state": jnp.ones(4), "quarter": jnp.int32(300)})
+    stored = store_observation(
+        {"state": jnp.ones(4), "quarter": jnp.int32(300)},
+        ppo.observation_storage_dtype,
+    )
     assert stored["state"].dtype == jnp.uint8
     assert stored["quarter"].dtype == jnp.int32 and int(stored["quarter"]) == 300
 

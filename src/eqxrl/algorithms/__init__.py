@@ -17,6 +17,7 @@ from ._diagnostics import (
     check_entropy_collapse as check_entropy_collapse,
 )
 from ._dqn import DQN as DQN, huber_loss as huber_loss
+from ._epochs import minibatch_epochs as minibatch_epochs
 from ._iqn import IQN as IQN, quantile_huber_loss as quantile_huber_loss
 from ._metrics import (
     ended_episode_metrics as ended_episode_metrics,

@@ -17,6 +17,7 @@ from ..buffers import ReferenceMotion
 from ..nn import AbstractPolicy
 from ._base import AbstractAlgorithm
 from ._epochs import minibatch_epochs
+from ._observation_storage import restore_observation
 from ._ppo import PPO, PPOState
 
 
@@ -325,7 +326,9 @@ class AMP(AbstractAlgorithm[AMPState]):
             ppo_state, collect_key, next_observation=True
         )
         ppo_state = eqx.tree_at(lambda s: s.key, ppo_state, key)
-        observation = ppo._restore_observation(transitions.observation)
+        observation = restore_observation(
+            transitions.observation, ppo.env, ppo.observation_storage_dtype
+        )
         # Both halves of every transition, the policy's and the reference's, at
         # the precision the rollout stores observations in
         # (`observation_storage_dtype`): else the discriminator could tell them
