@@ -126,7 +126,7 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     - `reward_scale`: multiply every reward by this before computing advantages and
       value targets (Brax's `reward_scaling`); episode returns stay unscaled. `None`
       (default): rewards as they come.
-    - `hidden_sizes`: widths of the default network's layers: `MLPActorCritic`
+    - `hidden_sizes`: widths of the default MLP layers: `MLPActorCritic`
       (`Discrete` actions) or `MLPGaussianActorCritic` (`Box` actions) on `Box`
       observations, [`MultiInputActorCritic`][eqxrl.nn.MultiInputActorCritic] on
       structured or `Discrete` ones.
