@@ -519,3 +519,29 @@ def test_update_bootstraps_truncated_steps_from_their_final_observation_value():
         np.testing.assert_allclose(
             np.sort(recorded), np.sort(np.ravel(promised)), rtol=1e-5, atol=1e-6
         )
+
+
+def test_minibatch_epochs_visits_every_row_once_per_epoch():
+    """Each epoch is a new order of all the rows, one update per minibatch; with
+    `minibatch_keys` every update gets its own key, and `epoch_rows` recomputes the
+    rows from the carry as it is at the epoch's start."""
+
+    def update(count, minibatch, key):
+        return count + 1, (minibatch, jr.key_data(key))
+
+    count, (seen, keys) = eqxrl.algorithms.minibatch_epochs(
+        update,
+        jnp.int32(0),
+        jnp.arange(12),
+        jr.key(0),
+        num_epochs=2,
+        num_minibatches=3,
+        minibatch_keys=True,
+        epoch_rows=lambda count: jnp.arange(12) + 100 * count,
+    )
+    assert int(count) == 6 and seen.shape == (2, 3, 4)
+    assert sorted(np.asarray(seen[0]).ravel().tolist()) == list(range(12))
+    # The second epoch's rows come from the carry after the first epoch's 3 updates.
+    assert sorted(np.asarray(seen[1]).ravel().tolist()) == list(range(300, 312))
+    assert not np.array_equal(seen[0], seen[1] - 300)  # a new order
+    assert len({tuple(k) for k in np.asarray(keys).reshape(6, -1).tolist()}) == 6
