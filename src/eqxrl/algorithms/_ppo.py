@@ -155,14 +155,14 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     - `initialization`: the default network's initial weights, `"orthogonal"`
       (default; PureJaxRL's and CleanRL's) or `"lecun_uniform"`: Brax's, which
       [`from_brax_hyperparameters`][eqxrl.PPO.from_brax_hyperparameters] sets.
-    - `recompute_advantages`: **deprecated** (no gain measured; removed in the next
-      release): recompute the advantages with the current critic at every epoch.
-    - `minibatch_environments`: **deprecated** (no gain measured; removed in the
-      next release): minibatches of whole environments' rollouts.
     - `update_observation_statistics_first`: (with `normalize_observations`) merge
       the rollout's observations into the statistics before the epochs instead of
       after: Brax's order, which
       [`from_brax_hyperparameters`][eqxrl.PPO.from_brax_hyperparameters] sets.
+    - `recompute_advantages`: **deprecated** (no gain measured; removed in the next
+      release): recompute the advantages with the current critic at every epoch.
+    - `minibatch_environments`: **deprecated** (no gain measured; removed in the
+      next release): minibatches of whole environments' rollouts.
 
     !!! example
 
@@ -233,13 +233,12 @@ class PPO(AbstractOnPolicyAlgorithm[PPOState]):
     gradient_transform: optax.GradientTransformation | None = eqx.field(
         static=True, default=None
     )
-    # Brax's settings, for `from_brax_hyperparameters`.
+    # Brax's initialization and order, for `from_brax_hyperparameters`.
     initialization: Initialization = eqx.field(static=True, default="orthogonal")
+    update_observation_statistics_first: bool = eqx.field(static=True, default=False)
     # Deprecated: no gain measured (`docs/continuous-control.md`).
     recompute_advantages: bool = eqx.field(static=True, default=False)
     minibatch_environments: bool = eqx.field(static=True, default=False)
-    # Brax's order, for `from_brax_hyperparameters`.
-    update_observation_statistics_first: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_options(self)
