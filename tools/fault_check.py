@@ -144,7 +144,7 @@ class Fault:
 FAULTS: tuple[Fault, ...] = (
     Fault(
         name="ppo-advantage-sign",
-        path="src/eqxrl/algorithms/_ppo.py",
+        path="src/eqxrl/algorithms/_ppo_loss.py",
         find="-jnp.minimum(ratio * advantages, clipped_ratio * advantages)",
         replace="-jnp.minimum(ratio * -advantages, clipped_ratio * -advantages)",
         tests=(
@@ -380,7 +380,7 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         name="return-statistics-not-updated",
-        path="src/eqxrl/algorithms/_ppo.py",
+        path="src/eqxrl/algorithms/_normalization.py",
         find="return_statistics = return_statistics.update(returns_seen.reshape(-1))",
         replace="return_statistics = return_statistics",
         tests=(
@@ -415,18 +415,18 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         name="ppo-learning-rate-not-annealed",
-        path="src/eqxrl/algorithms/_ppo.py",
-        find="1.0 - completed / num_iterations, 0.0",
-        replace="1.0 - 0.0 * completed / num_iterations, 0.0",
+        path="src/eqxrl/algorithms/_schedules.py",
+        find="return decay(count // updates_per_step)",
+        replace="return decay(0 * count // updates_per_step)",
         tests=("tests/test_ppo.py::test_learning_rate_anneals_linearly",),
         why="PPO's logged step size decays linearly to zero over the iterations "
         "(anneal_lr=True, the default)",
     ),
     Fault(
         name="ppo-entropy-bonus-sign",
-        path="src/eqxrl/algorithms/_ppo.py",
-        find="value_loss - self.ent_coef * entropy",
-        replace="value_loss + self.ent_coef * entropy",
+        path="src/eqxrl/algorithms/_ppo_loss.py",
+        find="value_loss - ent_coef * entropy",
+        replace="value_loss + ent_coef * entropy",
         tests=(
             "tests/test_ppo.py::"
             "test_loss_is_policy_loss_plus_weighted_value_loss_minus_entropy_bonus",
