@@ -1,13 +1,14 @@
 """The shared bases of the replay-based and of the rollout-based algorithms: one
-declaration of each schedule, each algorithm's own defaults, and the quantities
-derived from them."""
+declaration of each schedule, each algorithm's own defaults, the quantities
+derived from them, and one off-policy iteration (value decomposition's teams
+included)."""
 
 import dataclasses
 
 import pytest
 
 import eqxrl
-from eqxrl.algorithms import AbstractOffPolicyAlgorithm
+from eqxrl.algorithms import AbstractOffPolicyAlgorithm, AbstractOffPolicyIteration
 
 SCHEDULE = (
     "env",
@@ -81,13 +82,37 @@ def test_derived_quantities():
 
 
 @pytest.mark.parametrize(
-    "algorithm", [eqxrl.DQN, eqxrl.IQN, eqxrl.SAC, eqxrl.TD3, eqxrl.DDPG]
+    "algorithm",
+    [
+        eqxrl.DQN,
+        eqxrl.IQN,
+        eqxrl.SAC,
+        eqxrl.TD3,
+        eqxrl.DDPG,
+        eqxrl.multiagent.VDN,
+        eqxrl.multiagent.QMIX,
+    ],
 )
-def test_one_iteration_serves_every_replay_based_algorithm(algorithm):
+def test_one_iteration_serves_every_replay_based_learner(algorithm):
     # Each writes how it collects and how it updates, not the iteration around them.
-    assert algorithm.train_iteration is AbstractOffPolicyAlgorithm.train_iteration
-    assert algorithm.collect is not AbstractOffPolicyAlgorithm.collect
-    assert algorithm.update is not AbstractOffPolicyAlgorithm.update
+    assert issubclass(algorithm, AbstractOffPolicyIteration)
+    assert algorithm.train_iteration is AbstractOffPolicyIteration.train_iteration
+    assert algorithm.collect is not AbstractOffPolicyIteration.collect
+    assert algorithm.update is not AbstractOffPolicyIteration.update
+
+
+def test_a_team_iterates_on_its_dqn_s_schedule():
+    dqn = eqxrl.DQN(
+        env=eqxrl.envs.make("TreasureHunt-v0"),
+        num_envs=4,
+        train_frequency=4,
+        total_timesteps=64,
+        buffer_size=64,
+        learning_starts=32,
+        batch_size=16,
+    )
+    vdn = eqxrl.multiagent.VDN(dqn)
+    assert (vdn.steps_per_iteration, vdn.learning_starts) == (16, 32)
 
 
 ROLLOUT_SCHEDULE = (

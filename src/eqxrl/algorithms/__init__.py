@@ -28,6 +28,7 @@ from ._metrics import (
 from ._off_policy import (
     AbstractOffPolicyActorCritic as AbstractOffPolicyActorCritic,
     AbstractOffPolicyAlgorithm as AbstractOffPolicyAlgorithm,
+    AbstractOffPolicyIteration as AbstractOffPolicyIteration,
 )
 from ._on_policy import AbstractOnPolicyAlgorithm as AbstractOnPolicyAlgorithm
 from ._parallel import (

@@ -1,9 +1,10 @@
-"""What the replay-based algorithms (DQN, IQN, SAC, TD3) share: their base class (the
-collection schedule's fields, what follows from them, and the iteration: collect,
-then update once `learning_starts` is reached), the checks of that schedule, and the
-target networks' Polyak averaging and periodic copies; and what the
-continuous-control actor-critics (SAC, TD3) share on top: the collection with an
-exploring actor and the updates on minibatches gathered up front."""
+"""What the replay-based learners share: the iteration (collect, then update once
+`learning_starts` is reached), also value decomposition's (VDN, QMIX); the base
+class of the replay-based algorithms (DQN, IQN, SAC, TD3: the collection schedule's
+fields and what follows from them), the checks of that schedule, and the target
+networks' Polyak averaging and periodic copies; and what the continuous-control
+actor-critics (SAC, TD3) share on top: the collection with an exploring actor and
+the updates on minibatches gathered up front."""
 
 import abc
 import dataclasses
@@ -38,12 +39,138 @@ from ._checks import refuse_auto_reset
 from ._metrics import ended_episodes, iteration_episode_metrics
 
 
-class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
+class AbstractOffPolicyIteration(AbstractAlgorithm[StateT]):
+    """The iteration of the learners that collect into a replay buffer and update
+    from it: the replay-based algorithms through
+    [`AbstractOffPolicyAlgorithm`][eqxrl.algorithms.AbstractOffPolicyAlgorithm]
+    (DQN, IQN, SAC, TD3, DDPG) and value decomposition's teams through
+    [`AbstractValueDecomposition`][eqxrl.multiagent.AbstractValueDecomposition]
+    (VDN, QMIX). An iteration
+
+    1. collects `steps_per_iteration` environment steps, each added to the replay
+       buffer (`collect`);
+    2. once `learning_starts` environment steps are collected, updates the
+       networks on minibatches from the buffer (`update`);
+    3. reports the episodes that ended (`episode_metrics`), the update statistics
+       and the learner's own `iteration_metrics`.
+
+    A subclass gives `steps_per_iteration` and `learning_starts` (as fields or
+    properties) and writes `collect` and `update`. Its state has (at least) `key`,
+    `iteration` and `num_updates` fields.
+    """
+
+    steps_per_iteration: eqx.AbstractVar[int]
+    learning_starts: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def collect(
+        self,
+        state: StateT,
+        action_key: PRNGKeyArray,
+        uniform_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
+    ) -> tuple[StateT, tuple[Bool[Array, "..."], dict[str, Any]], dict[str, Array]]:
+        """`steps_per_iteration` environment steps (every environment stepped the
+        same number of times), each added to the replay buffer.
+
+        **Arguments:**
+
+        - `state`: the state before the iteration.
+        - `action_key`, `uniform_key`, `step_key`: PRNG keys of the actions'
+          randomness, of the uniform numbers that explore, and of the
+          environments' steps.
+
+        **Returns:**
+
+        `(state, episodes, statistics)`: the state with its environments, their
+        latest timesteps and the buffer advanced (and whatever else collecting
+        changes); the steps' [`ended_episodes`][eqxrl.algorithms.ended_episodes]
+        stacked (`[steps, num_envs]`), which `episode_metrics` reads; and any
+        other per-step statistics, which `iteration_metrics` reads.
+        """
+
+    @abc.abstractmethod
+    def update(
+        self,
+        state: StateT,
+        learning: Bool[Array, ""],
+        sample_key: PRNGKeyArray,
+        update_key: PRNGKeyArray,
+    ) -> tuple[StateT, dict[str, Array]]:
+        """The iteration's updates: if `learning`, updates on minibatches sampled
+        with `sample_key` (`update_key`: the updates' own randomness), else none.
+
+        **Returns:**
+
+        `(state, statistics)`: the state with its networks, optimizer states and
+        `num_updates` advanced, and the update statistics (scalars, NaN when not
+        `learning`).
+        """
+
+    def episode_metrics(
+        self, done: Bool[Array, "steps num_envs"], statistics: dict[str, Any]
+    ) -> dict[str, Array]:
+        """Metrics of the episodes that ended during the iteration, from the
+        `episodes` of `collect`: by default
+        [`iteration_episode_metrics`][eqxrl.algorithms.iteration_episode_metrics]
+        (`episode_return`, `episode_length`, `episode_count` and the
+        environment's own metrics)."""
+        return iteration_episode_metrics(done, statistics)
+
+    def iteration_metrics(
+        self,
+        state: StateT,
+        collected: Int[Array, ""],
+        statistics: dict[str, Array],
+    ) -> dict[str, Array]:
+        """Metrics of an iteration beyond its episodes and update statistics (none
+        by default), from the `state` after its updates, the environment steps
+        `collected` by its end, and the per-step `statistics` of `collect`."""
+        return {}
+
+    def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
+        """Collect `steps_per_iteration` environment steps, then (once
+        `learning_starts` steps are collected) update.
+
+        **Returns:**
+
+        `(state, metrics)` with the `episode_metrics` (by default scalars:
+        `episode_return`, the mean undiscounted return of the episodes that ended
+        during the iteration, NaN when none did, `episode_length`,
+        `episode_count`, the environment's own metrics), the update statistics
+        (means over the iteration's updates, NaN before learning starts) and the
+        `iteration_metrics`.
+        """
+        key, action_key, uniform_key, step_key, sample_key, update_key = random_split(
+            state.key, 6
+        )
+        state, episodes, statistics = self.collect(
+            state, action_key, uniform_key, step_key
+        )
+        collected = (state.iteration + 1) * self.steps_per_iteration
+        learning = collected >= self.learning_starts
+        state, update_statistics = self.update(state, learning, sample_key, update_key)
+
+        metrics = self.episode_metrics(*episodes)
+        metrics.update(update_statistics)
+        metrics.update(self.iteration_metrics(state, collected, statistics))
+        state = dataclasses.replace(
+            state,
+            key=key,
+            iteration=state.iteration + 1,
+            num_updates=state.num_updates.astype(jnp.int32),
+        )
+        return state, metrics
+
+
+class AbstractOffPolicyAlgorithm(AbstractOffPolicyIteration[StateT]):
     """What the replay-based algorithms ([`DQN`][eqxrl.DQN], [`IQN`][eqxrl.IQN]
     through [`AbstractQLearning`][eqxrl.algorithms.AbstractQLearning], and
     [`SAC`][eqxrl.SAC], [`TD3`][eqxrl.TD3] and [`DDPG`][eqxrl.DDPG] through
     [`AbstractOffPolicyActorCritic`][eqxrl.algorithms.AbstractOffPolicyActorCritic])
-    share: the schedule and the iteration. An iteration
+    share: the schedule, and the iteration of
+    [`AbstractOffPolicyIteration`][eqxrl.algorithms.AbstractOffPolicyIteration] on
+    it. An iteration
 
     1. steps `num_envs` auto-resetting environments `train_frequency` times and
        adds every step to a replay buffer of `buffer_size` transitions
@@ -103,53 +230,6 @@ class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
         second in the replay buffer's `[capacity, num_envs, ...]` rows."""
         return with_replay_environment_axes(super().environment_axes(state), state)
 
-    # -------------------------------------------------------------- iteration
-    @abc.abstractmethod
-    def collect(
-        self,
-        state: StateT,
-        action_key: PRNGKeyArray,
-        uniform_key: PRNGKeyArray,
-        step_key: PRNGKeyArray,
-    ) -> tuple[StateT, tuple[Bool[Array, "..."], dict[str, Any]], dict[str, Array]]:
-        """`train_frequency` steps of every environment, each added to the replay
-        buffer.
-
-        **Arguments:**
-
-        - `state`: the state before the iteration.
-        - `action_key`, `uniform_key`, `step_key`: PRNG keys of the actions'
-          randomness, of the uniform numbers that explore, and of the
-          environments' steps.
-
-        **Returns:**
-
-        `(state, episodes, statistics)`: the state with its environments, their
-        latest timesteps and the buffer advanced (and whatever else collecting
-        changes); the steps' [`ended_episodes`][eqxrl.algorithms.ended_episodes]
-        stacked (`[train_frequency, num_envs]`); and any other per-step
-        statistics that `iteration_metrics` reads.
-        """
-
-    @abc.abstractmethod
-    def update(
-        self,
-        state: StateT,
-        learning: Bool[Array, ""],
-        sample_key: PRNGKeyArray,
-        update_key: PRNGKeyArray,
-    ) -> tuple[StateT, dict[str, Array]]:
-        """The iteration's updates: if `learning`, `gradient_steps` updates on
-        minibatches sampled with `sample_key` (`update_key`: the updates' own
-        randomness), else none (see `update_if_learning`).
-
-        **Returns:**
-
-        `(state, statistics)`: the state with its networks, optimizer states and
-        `num_updates` advanced, and the update statistics (scalars, NaN when not
-        `learning`).
-        """
-
     def update_if_learning(
         self,
         learning: Bool[Array, ""],
@@ -180,50 +260,6 @@ class AbstractOffPolicyAlgorithm(AbstractAlgorithm[StateT]):
         dynamic, statistics = lax.cond(learning, learn, skip, dynamic)
         num_updates = num_updates + jnp.where(learning, self.gradient_steps, 0)
         return eqx.combine(dynamic, static), num_updates, statistics
-
-    def iteration_metrics(
-        self,
-        state: StateT,
-        collected: Int[Array, ""],
-        statistics: dict[str, Array],
-    ) -> dict[str, Array]:
-        """Metrics of an iteration beyond its episodes and update statistics (none
-        by default), from the `state` after its updates, the environment steps
-        `collected` by its end, and the per-step `statistics` of `collect`."""
-        return {}
-
-    def train_iteration(self, state: StateT) -> tuple[StateT, dict[str, Array]]:
-        """Collect `num_envs * train_frequency` steps, then (once `learning_starts`
-        steps are collected) run `gradient_steps` updates.
-
-        **Returns:**
-
-        `(state, metrics)` with scalar metrics: `episode_return` (mean undiscounted
-        return of the episodes that ended during the iteration, NaN when none did),
-        `episode_length`, `episode_count`, the environment's own metrics, the
-        update statistics (means over the iteration's updates, NaN before learning
-        starts) and the `iteration_metrics`.
-        """
-        key, action_key, uniform_key, step_key, sample_key, update_key = random_split(
-            state.key, 6
-        )
-        state, episodes, statistics = self.collect(
-            state, action_key, uniform_key, step_key
-        )
-        collected = (state.iteration + 1) * self.steps_per_iteration
-        learning = collected >= self.learning_starts
-        state, update_statistics = self.update(state, learning, sample_key, update_key)
-
-        metrics = iteration_episode_metrics(*episodes)
-        metrics.update(update_statistics)
-        metrics.update(self.iteration_metrics(state, collected, statistics))
-        state = dataclasses.replace(
-            state,
-            key=key,
-            iteration=state.iteration + 1,
-            num_updates=state.num_updates.astype(jnp.int32),
-        )
-        return state, metrics
 
 
 def check_replay_schedule(
@@ -538,7 +574,7 @@ class AbstractOffPolicyActorCritic(AbstractOffPolicyAlgorithm[StateT]):
         `noise_key`), or uniformly random actions before `learning_starts`. With
         `normalize_observations`, each step's observations then join the
         statistics. The randomness of all the steps is drawn up front; see
-        [`AbstractOffPolicyAlgorithm.collect`][eqxrl.algorithms.AbstractOffPolicyAlgorithm.collect]
+        [`AbstractOffPolicyIteration.collect`][eqxrl.algorithms.AbstractOffPolicyIteration.collect]
         for what it returns (no other per-step statistics)."""
         explore = eqx.filter_vmap(self.exploration_action, in_axes=(None, 0, 0))
         rescale = jax.vmap(self.policy(state).to_bounds)

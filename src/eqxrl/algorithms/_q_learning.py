@@ -549,7 +549,7 @@ class AbstractQLearning(AbstractOffPolicyAlgorithm[QLearningState]):
         of a distributional network. Environments are stepped through
         [`AutoReset`][eqxrl.envs.AutoReset] (resets computed only on steps where an
         episode ended). See
-        [`AbstractOffPolicyAlgorithm.collect`][eqxrl.algorithms.AbstractOffPolicyAlgorithm.collect]
+        [`AbstractOffPolicyIteration.collect`][eqxrl.algorithms.AbstractOffPolicyIteration.collect]
         for what it returns; the other per-step statistics are `store`'s.
         """
 

@@ -462,13 +462,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
                 num_updates,
             ),
         )
-        state = IndependentState(
-            learners=learners,
-            env_state=env_state,
-            key=key,
-            iteration=state.iteration + 1,
-        )
-        return state, metrics
+        return IndependentState(learners, env_state, key, state.iteration + 1), metrics
 
     def _policy_gradient_iteration(
         self, state: IndependentState
@@ -586,13 +580,7 @@ class AbstractPerAgentLearners(AbstractTeamAlgorithm[IndependentState]):
             invalid = ~valid.reshape(num_steps, num_envs, num_agents)
             count = jnp.sum(invalid, axis=(0, 1)).astype(jnp.int32)
             metrics["invalid_action_count"] = count
-        state = IndependentState(
-            learners=learners,
-            env_state=env_state,
-            key=key,
-            iteration=state.iteration + 1,
-        )
-        return state, metrics
+        return IndependentState(learners, env_state, key, state.iteration + 1), metrics
 
 
 class Independent(AbstractPerAgentLearners):

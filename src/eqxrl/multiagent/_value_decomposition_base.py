@@ -1,9 +1,10 @@
-"""Value decomposition's shared loop: per-agent Q-networks whose chosen-action
+"""Value decomposition's shared base: per-agent Q-networks whose chosen-action
 values a mixer combines into the team's value, trained end to end on the team reward
-with DQN's off-policy loop, from one replay buffer of joint transitions (of
-sequences, for recurrent agents)."""
+in the off-policy iteration with DQN's schedule and updates, from one replay buffer
+of joint transitions (of sequences, for recurrent agents)."""
 
 import abc
+import dataclasses
 import math
 from typing import Any, ClassVar
 
@@ -13,10 +14,10 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from .._random import split as random_split
 from ..algorithms import (
     DQN,
     AbstractAlgorithm,
+    AbstractOffPolicyIteration,
     bootstrap_action_value,
     ended_episodes,
     epsilon_greedy_collect,
@@ -86,10 +87,16 @@ class ValueDecompositionState(eqx.Module):
     carry: PyTree[Array] | None = None
 
 
-class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState]):
+class AbstractValueDecomposition(
+    AbstractTeamQLearning[ValueDecompositionState],
+    AbstractOffPolicyIteration[ValueDecompositionState],
+):
     """What [`VDN`][eqxrl.multiagent.VDN] and [`QMIX`][eqxrl.multiagent.QMIX]
-    share: per-agent Q-networks, a mixer, and DQN's off-policy loop on the team's
-    joint transitions. Subclasses give the mixer (`make_mixer`)."""
+    share: per-agent Q-networks, a mixer, and DQN's off-policy iteration
+    ([`AbstractOffPolicyIteration`][eqxrl.algorithms.AbstractOffPolicyIteration],
+    with the DQN's schedule) on the team's joint transitions: `collect` steps the
+    worlds with every agent acting, `update` trains agents and mixer together.
+    Subclasses give the mixer (`make_mixer`)."""
 
     # Whether the mixer reads the global state (stored in the replay buffer).
     reads_global_state: ClassVar[bool] = False
@@ -130,6 +137,11 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
                 )
 
     # ------------------------------------------------------------------ config
+    @property
+    def learning_starts(self) -> int:
+        """World steps collected before the first update (the algorithm's)."""
+        return self.algorithm.learning_starts
+
     @abc.abstractmethod
     def make_mixer(self, key: PRNGKeyArray) -> AbstractMixer:
         """The initial mixer (the target mixer starts as a copy of it)."""
@@ -465,29 +477,23 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
         choose = jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0))
         return carry, choose(q_values, uniforms, epsilon, timestep.action_mask)
 
-    def train_iteration(
-        self, state: ValueDecompositionState
-    ) -> tuple[ValueDecompositionState, dict[str, Array]]:
+    def collect(
+        self,
+        state: ValueDecompositionState,
+        value_key: PRNGKeyArray,
+        uniform_key: PRNGKeyArray,
+        step_key: PRNGKeyArray,
+    ) -> tuple[ValueDecompositionState, tuple[Bool[Array, "..."], dict], dict]:
         """Step `num_envs` worlds `train_frequency` times with every agent acting
-        epsilon-greedily, store the joint transitions, then (once `learning_starts`
-        world steps are collected) run `gradient_steps` updates of agents and mixer
-        together.
-
-        **Returns:**
-
-        `(state, metrics)`: `episode_return` (`[num_agents]`, each agent's mean
-        return over the episodes that ended, NaN when none did),
-        `total_episode_return` (their sum, the team's return), `episode_length`,
-        `episode_count`, `loss` and `q_value` (mean `Q_tot`; means over the
-        iteration's updates, NaN before learning starts), `epsilon`,
-        `learning_rate`.
-        """
+        epsilon-greedily
+        ([`epsilon_greedy_collect`][eqxrl.algorithms.epsilon_greedy_collect];
+        `value_key` draws the sampled values of a distributional network), and
+        store the joint transitions: each step's, or with recurrent agents every
+        world's steps of the iteration as one sequence with the carry it started
+        from. See
+        [`AbstractOffPolicyIteration.collect`][eqxrl.algorithms.AbstractOffPolicyIteration.collect]
+        for what it returns (no other per-step statistics)."""
         dqn = self.algorithm
-        num_envs, num_agents = self.num_envs, self.num_agents
-        key, value_key, uniform_key, step_key, sample_key, loss_key = random_split(
-            state.key, 6
-        )
-        first_step = state.iteration * self.steps_per_iteration
         recurrent = state.carry is not None
         act = eqx.filter_vmap(self._act, in_axes=(None, None, 0, 0, 0))
         act_recurrent = eqx.filter_vmap(
@@ -513,6 +519,7 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
                 )
             return buffer, next_timestep, (ended_episodes(next_timestep), step)
 
+        first_step = state.iteration * self.steps_per_iteration
         (env_state, timestep, buffer, carry), (episode, steps) = epsilon_greedy_collect(
             act_in_every_world,
             jax.vmap(self.training_env.step),
@@ -523,54 +530,86 @@ class AbstractValueDecomposition(AbstractTeamQLearning[ValueDecompositionState])
                 uniform_key,
                 step_key,
                 dqn.train_frequency,
-                num_envs,
-                uniform_shape=(num_agents,),
+                self.num_envs,
+                uniform_shape=(self.num_agents,),
             ),
             first_step,
-            num_envs,
+            self.num_envs,
         )
         if recurrent:
             buffer = buffer.add(self._sequences(steps, timestep, state.carry))
+        state = dataclasses.replace(
+            state, env_state=env_state, timestep=timestep, buffer=buffer, carry=carry
+        )
+        return state, episode, {}
 
-        collected = (state.iteration + 1) * self.steps_per_iteration
+    def update(
+        self,
+        state: ValueDecompositionState,
+        learning: Bool[Array, ""],
+        sample_key: PRNGKeyArray,
+        loss_key: PRNGKeyArray,
+    ) -> tuple[ValueDecompositionState, dict[str, Array]]:
+        """If `learning`, DQN's `gradient_steps` updates
+        ([`learn`][eqxrl.algorithms.AbstractQLearning.learn]) of agents and mixer
+        together, on the `loss` (with recurrent agents the `sequence_loss` of
+        replayed sequences, `batch_size // train_frequency` per minibatch).
+
+        **Returns:**
+
+        `(state, statistics)`: `loss` and `q_value` (mean `Q_tot`), means over the
+        updates, NaN when not `learning`.
+        """
+        dqn = self.algorithm
         replay = (
             dict(
                 loss=self.sequence_loss,
                 gather=ReplayBuffer.gather_sequences,
                 batch_size=dqn.batch_size // dqn.train_frequency,
             )
-            if recurrent
+            if state.carry is not None
             else dict(loss=self.loss)
         )
-        networks, targets, optimizer_state, num_updates, metrics = dqn.learn(
+        networks, targets, optimizer_state, num_updates, statistics = dqn.learn(
             (state.agents, state.mixer),
             (state.target_agents, state.target_mixer),
             state.optimizer_state,
-            buffer,
-            collected >= dqn.learning_starts,
+            state.buffer,
+            learning,
             state.num_updates,
             sample_key,
             loss_key,
             **replay,
         )
-        metrics = {
-            **team_episode_metrics(*episode),
-            **metrics,
-            "epsilon": dqn.epsilon(collected - num_envs),
-            "learning_rate": dqn.current_learning_rate(optimizer_state),
-        }
-        state = ValueDecompositionState(
+        state = dataclasses.replace(
+            state,
             agents=networks[0],
             mixer=networks[1],
             target_agents=targets[0],
             target_mixer=targets[1],
             optimizer_state=optimizer_state,
-            buffer=buffer,
-            env_state=env_state,
-            timestep=timestep,
-            key=key,
-            iteration=state.iteration + 1,
-            num_updates=num_updates.astype(jnp.int32),
-            carry=carry,
+            num_updates=num_updates,
         )
-        return state, metrics
+        return state, statistics
+
+    def episode_metrics(
+        self, done: Bool[Array, "steps num_envs"], statistics: dict[str, Any]
+    ) -> dict[str, Array]:
+        """The team's episodes: `episode_return` (`[num_agents]`, each agent's
+        mean return over the episodes that ended, NaN when none did),
+        `total_episode_return` (their sum, the team's return), `episode_length`,
+        `episode_count` and the worlds' own metrics."""
+        return team_episode_metrics(done, statistics)
+
+    def iteration_metrics(
+        self,
+        state: ValueDecompositionState,
+        collected: Int[Array, ""],
+        statistics: dict[str, Array],
+    ) -> dict[str, Array]:
+        """`epsilon` (of the iteration's last step) and `learning_rate`."""
+        dqn = self.algorithm
+        return {
+            "epsilon": dqn.epsilon(collected - self.num_envs),
+            "learning_rate": dqn.current_learning_rate(state.optimizer_state),
+        }
