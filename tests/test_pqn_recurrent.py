@@ -70,7 +70,7 @@ def test_the_carry_resets_where_an_episode_starts(env):
     state = pqn.init(jr.key(1))
     # A few random iterations first, so that the carries are not initial ones.
     state, _ = eqx.filter_jit(pqn.train_iterations)(state, 2)
-    collect = eqx.filter_jit(pqn._collect)
+    collect = eqx.filter_jit(pqn.collect)
     _, _, final_carry, rollout = collect(state, jnp.float32(1.0), jr.key(2))
     network = state.network
     # One program for the steps below (op by op, each step dispatched dozens).

@@ -3,6 +3,7 @@ a feed-forward or a recurrent (PQN-RNN) Q-network."""
 
 import math
 from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -74,6 +75,32 @@ class PQNState(eqx.Module):
     key: PRNGKeyArray
     iteration: Int[Array, ""]
     carry: PyTree[Array] | None = None
+
+
+StateT = TypeVar("StateT")
+
+
+@runtime_checkable
+class PQNLearner(Protocol):
+    """What [`PQN.iteration`][eqxrl.PQN.iteration] reads of the learner whose
+    values it trains: PQN itself (one Q-network), or
+    [`PQNVDN`][eqxrl.multiagent.PQNVDN] (a team's summed values)."""
+
+    def collect(
+        self, state: Any, epsilon: Float[Array, ""], key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, Any]: ...
+
+    def greedy_values(
+        self, network: AbstractQNetwork, timestep: TimeStep
+    ) -> Float[Array, " num_envs"]: ...
+
+    def loss(self, network: AbstractQNetwork, *rows: Any) -> tuple[Array, dict]: ...
+
+    def sequence_loss(
+        self, network: AbstractQNetwork, *rows: Any
+    ) -> tuple[Array, dict]: ...
+
+    def episode_metrics(self, done: Array, extras: dict) -> dict[str, Array]: ...
 
 
 class PQNRollout(eqx.Module):
@@ -492,8 +519,36 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             team="eqxrl.multiagent.PQNVDN(pqn) (eqxrl train ENV --algo pqn "
             "--mixer vdn)",
         )
+        return self.first_state(
+            PQNState,
+            self.make_network,
+            lambda network: network.initial_carry(),  # pyright: ignore[reportAttributeAccessIssue]
+            key,
+        )
+
+    def first_state(
+        self,
+        state_type: Callable[..., StateT],
+        make_network: Callable[[PRNGKeyArray], AbstractQNetwork],
+        initial_carry: Callable[[AbstractQNetwork], PyTree[Array]],
+        key: PRNGKeyArray,
+    ) -> StateT:
+        """A run's first state: a new network and optimizer state, `num_envs`
+        environments reset, and with a recurrent network every environment's
+        initial carry. Also [`PQNVDN`][eqxrl.multiagent.PQNVDN]'s, with the team.
+
+        **Arguments:**
+
+        - `state_type`: [`PQNState`][eqxrl.PQNState], or a learner's state with
+          its fields in its order, the network first under the learner's name
+          (`PQNVDNState.agents`).
+        - `make_network`: `make_network(key)`, the initial network.
+        - `initial_carry`: `initial_carry(network)`, a recurrent network's carry
+          in one environment at an episode's start.
+        - `key`: a PRNG key.
+        """
         network_key, reset_key, state_key = jr.split(key, 3)
-        network = self.make_network(network_key)
+        network = make_network(network_key)
         optimizer_state = self.make_optimizer().init(eqx.filter(network, eqx.is_array))
         env_state, timestep = jax.vmap(self.training_env.reset)(
             jr.split(reset_key, self.num_envs)
@@ -502,10 +557,10 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         if network.is_recurrent:
             carry = jtu.tree_map(
                 lambda x: jnp.broadcast_to(x, (self.num_envs, *x.shape)),
-                network.initial_carry(),  # pyright: ignore[reportAttributeAccessIssue]
+                initial_carry(network),
             )
-        return PQNState(
-            network=network,
+        return state_type(
+            network,
             optimizer_state=optimizer_state,
             env_state=env_state,
             timestep=timestep,
@@ -541,7 +596,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         """One rollout of `num_steps` x `num_envs` steps, its Q(lambda) targets, then
         `num_epochs` x `num_minibatches` gradient steps (with a recurrent network,
         on whole environments' sequences, the targets recomputed by each; see the
-        class docstring).
+        class docstring): [`iteration`][eqxrl.PQN.iteration] of the Q-network.
 
         **Returns:**
 
@@ -550,35 +605,74 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         rollout; means NaN when none did), `td_loss` and `q_value` (means over the
         minibatch updates), `epsilon` and `learning_rate`.
         """
+        return self.iteration(state, state.network, self)
+
+    def iteration(
+        self, state: StateT, network: AbstractQNetwork, learner: PQNLearner
+    ) -> tuple[StateT, dict[str, Array]]:
+        """One PQN iteration, as the paper's pseudocode, of what `learner` reads:
+        [`train_iteration`][eqxrl.PQN.train_iteration] of the Q-network itself
+        (`learner` is this PQN), and [`PQNVDN`][eqxrl.multiagent.PQNVDN]'s of the
+        team (`learner` is the PQNVDN: its values are the team's, its loss the
+        summed values', its metrics the team's).
+
+        1. `learner.collect(state, epsilon, key)`: the epsilon-greedy rollout, each
+           step's greedy value kept;
+        2. the Q(lambda) targets ([`q_lambda_targets`][eqxrl.PQN.q_lambda_targets]
+           from the greedy values `learner.greedy_values(network, timestep)` of
+           the observations after the rollout);
+        3. [`learn`][eqxrl.PQN.learn]: `num_epochs` x `num_minibatches` gradient
+           steps on `learner.loss`; with a recurrent network on whole sequences,
+           `learner.sequence_loss` recomputing the targets;
+        4. the metrics: `learner.episode_metrics(done, extras)` of the episodes
+           that ended, the means of the losses' statistics, `epsilon` and
+           `learning_rate`.
+
+        **Arguments:**
+
+        - `state`: a [`PQNState`][eqxrl.PQNState], or a learner's state with its
+          fields (see [`first_state`][eqxrl.PQN.first_state]).
+        - `network`: the state's network.
+        - `learner`: this PQN, or a learner with the same `collect`,
+          `greedy_values`, `loss`, `sequence_loss` and `episode_metrics`.
+
+        **Returns:**
+
+        `(state, metrics)`: the state after the iteration (of `state`'s type) and
+        scalar metrics.
+        """
         key, collect_key, update_key = split(state.key, 3)
         epsilon = self.epsilon(state.iteration)
-        env_state, timestep, carry, rollout = self._collect(state, epsilon, collect_key)
+        env_state, timestep, carry, rollout = learner.collect(
+            state, epsilon, collect_key
+        )
         if state.carry is None:
-            last_value = self._greedy_values(state.network, timestep)
+            last_value = learner.greedy_values(network, timestep)
             targets = self.q_lambda_targets(rollout, last_value)
             rows = jtu.tree_map(
                 lambda x: x.reshape(self.steps_per_iteration, *x.shape[2:]),
                 (rollout.observation, rollout.action, targets),
             )
-            loss = self.loss
+            loss = learner.loss
         else:
             # PQN-RNN: rows are environments, each with its whole sequence read
             # from the carry the rollout started with; the last step bootstraps
             # from the observation after the rollout.
             sequences = jtu.tree_map(lambda x: jnp.swapaxes(x, 0, 1), rollout)
             rows = (state.carry, sequences, timestep)
-            loss = self.sequence_loss
+            loss = learner.sequence_loss
         network, optimizer_state, statistics = self.learn(
-            state.network, state.optimizer_state, loss, rows, update_key
+            network, state.optimizer_state, loss, rows, update_key
         )
-        metrics = iteration_episode_metrics(
+        metrics = learner.episode_metrics(
             rollout.terminated | rollout.truncated, rollout.extras
         )
         metrics.update(jtu.tree_map(jnp.mean, statistics))
         metrics["epsilon"] = epsilon
         metrics["learning_rate"] = self.current_learning_rate(optimizer_state)
-        state = PQNState(
-            network=network,
+        # The network is the state's first field, whatever the learner names it.
+        state = type(state)(
+            network,
             optimizer_state=optimizer_state,
             env_state=env_state,
             timestep=timestep,
@@ -619,20 +713,51 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             self.q_lambda,
         )
 
-    def _greedy_values(
+    def sequence_targets(
+        self, sequences: PyTree, next_values: Float[Array, "n num_steps"]
+    ) -> Float[Array, "n num_steps"]:
+        """The Q(lambda) targets of whole sequences, environments first (as
+        [`q_lambda_targets`][eqxrl.PQN.q_lambda_targets], from the values
+        `next_values` that each step bootstraps from), for the recurrent losses
+        (PQN-RNN's and PQN-VDN's).
+
+        **Arguments:**
+
+        - `sequences`: a rollout's steps (`[n, num_steps, ...]` leaves).
+        - `next_values`: the value each step bootstraps from where it did not
+          terminate an episode.
+        """
+        # compute_q_lambda_returns runs over time first.
+        return compute_q_lambda_returns(
+            (sequences.reward * self.reward_scale).T,
+            next_values.T,
+            sequences.terminated.T,
+            sequences.truncated.T,
+            self.gamma,
+            self.q_lambda,
+        ).T
+
+    def greedy_values(
         self, network: AbstractQNetwork, timestep: TimeStep
     ) -> Float[Array, " num_envs"]:
+        """The greedy (valid) value of every environment's observation."""
         q_values = jax.vmap(network.q_values, in_axes=(0, None))(
             timestep.observation, jr.key(0)
         )
         return jax.vmap(greedy_value)(q_values, timestep.action_mask)
 
-    def _collect(
+    def episode_metrics(
+        self, done: Bool[Array, "num_steps num_envs"], extras: dict[str, PyTree]
+    ) -> dict[str, Array]:
+        """The rollout's episode metrics
+        ([`iteration_episode_metrics`][eqxrl.algorithms.iteration_episode_metrics])."""
+        return iteration_episode_metrics(done, extras)
+
+    def collect(
         self, state: PQNState, epsilon: Float[Array, ""], key: PRNGKeyArray
     ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNRollout]:
         """`num_steps` epsilon-greedy steps of every environment
-        ([`epsilon_greedy_rollout`][eqxrl.algorithms.epsilon_greedy_rollout] with
-        the Q-network)."""
+        ([`rollout`][eqxrl.PQN.rollout] with the Q-network)."""
         network = state.network
 
         def values(carry: PyTree[Array] | None, observation: PyTree[Array]):
@@ -640,6 +765,27 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
                 return None, network.q_values(observation, jr.key(0))  # not sampled
             return network.step(carry, observation)  # pyright: ignore[reportAttributeAccessIssue]
 
+        return self.rollout(
+            state,
+            epsilon,
+            key,
+            values=values,
+            initial_carry=getattr(network, "initial_carry", None),
+            greedy_value=greedy_value,
+            choose=epsilon_greedy_action,
+        )
+
+    def rollout(
+        self,
+        state: PyTree,
+        epsilon: Float[Array, ""],
+        key: PRNGKeyArray,
+        **acting: Any,
+    ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PyTree]:
+        """[`epsilon_greedy_rollout`][eqxrl.algorithms.epsilon_greedy_rollout]'s
+        `num_steps` steps of the state's environments from their carries, acting
+        as `acting` (its keyword arguments: `values`, `initial_carry`,
+        `greedy_value`, `choose`, ...) says."""
         return epsilon_greedy_rollout(
             self.env,
             state.env_state,
@@ -648,10 +794,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
             epsilon,
             key,
             self.num_steps,
-            values=values,
-            initial_carry=getattr(network, "initial_carry", None),
-            greedy_value=greedy_value,
-            choose=epsilon_greedy_action,
+            **acting,
         )
 
     def loss(
@@ -717,15 +860,7 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         next_values = jnp.where(
             sequences.truncated, sequences.truncation_value, greedy[:, 1:]
         )
-        # compute_q_lambda_returns runs over time first.
-        targets = compute_q_lambda_returns(
-            (sequences.reward * self.reward_scale).T,
-            next_values.T,
-            sequences.terminated.T,
-            sequences.truncated.T,
-            self.gamma,
-            self.q_lambda,
-        ).T
+        targets = self.sequence_targets(sequences, next_values)
         taken = jnp.take_along_axis(
             q_values[:, :-1], sequences.action[..., None], axis=-1
         )[..., 0]

@@ -10,12 +10,10 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from .._random import split as random_split
 from ..algorithms import (
     PQN,
     AbstractAlgorithm,
-    compute_q_lambda_returns,
-    epsilon_greedy_rollout,
+    PQNRollout,
 )
 from ..envs import (
     AbstractEnvironment,
@@ -65,8 +63,9 @@ class PQNVDNState(eqx.Module):
     carry: PyTree[Array] | None = None
 
 
-class PQNVDNRollout(eqx.Module):
-    """What a step of the worlds saw, did and got, and the team's greedy values its
+class PQNVDNRollout(PQNRollout):
+    """PQN's rollout ([`PQNRollout`][eqxrl.algorithms.PQNRollout]) of a team:
+    what a step of the worlds saw, did and got, and the team's greedy values its
     targets bootstrap from; `[num_envs, ...]` leaves for one step, stacked to
     `[num_steps, num_envs, ...]` over a rollout.
 
@@ -89,16 +88,9 @@ class PQNVDNRollout(eqx.Module):
       of an episode (the agents read it with their initial carries), else `None`.
     """
 
-    observation: PyTree[Array]
+    # Only the agents' axis differs from PQN's; the other fields are PQN's.
     action_mask: Bool[Array, "*batch num_agents num_actions"] | None
     action: Int[Array, "*batch num_agents"]
-    reward: Float[Array, "*batch"]
-    terminated: Bool[Array, "*batch"]
-    truncated: Bool[Array, "*batch"]
-    value: Float[Array, "*batch"]
-    truncation_value: Float[Array, "*batch"]
-    extras: dict[str, Array | dict[str, Array]]
-    episode_start: Bool[Array, "*batch"] | None = None
 
 
 class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
@@ -325,41 +317,17 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
             return jax.vmap(SumMixer())(chosen), next_values
 
         q_total, next_values = jax.vmap(one)(carry, sequences, next_timestep)
-        # compute_q_lambda_returns runs over time first.
-        targets = compute_q_lambda_returns(
-            (sequences.reward * pqn.reward_scale).T,
-            next_values.T,
-            sequences.terminated.T,
-            sequences.truncated.T,
-            pqn.gamma,
-            pqn.q_lambda,
-        ).T
+        targets = pqn.sequence_targets(sequences, next_values)
         loss = jnp.mean(jnp.square(q_total - targets))
         return loss, {"td_loss": loss, "q_value": jnp.mean(q_total)}
 
     # ------------------------------------------------------------------ state
     def init(self, key: PRNGKeyArray) -> PQNVDNState:
+        """PQN's first state ([`first_state`][eqxrl.PQN.first_state]) of the
+        agents' network."""
         pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
-        agents_key, reset_key, state_key = jr.split(key, 3)
-        agents = self.make_network(agents_key)
-        optimizer_state = pqn.make_optimizer().init(eqx.filter(agents, eqx.is_array))
-        env_state, timestep = jax.vmap(self.training_env.reset)(
-            jr.split(reset_key, self.num_envs)
-        )
-        carry = None
-        if self.recurrent:
-            carry = jtu.tree_map(
-                lambda x: jnp.broadcast_to(x, (self.num_envs, *x.shape)),
-                self.agent_initial_carry(agents),
-            )
-        return PQNVDNState(
-            agents=agents,
-            optimizer_state=optimizer_state,
-            env_state=env_state,
-            timestep=timestep,
-            key=state_key,
-            iteration=jnp.int32(0),
-            carry=carry,
+        return pqn.first_state(
+            PQNVDNState, self.make_network, self.agent_initial_carry, key
         )
 
     def environment_axes(self, state: PQNVDNState) -> PyTree[int]:
@@ -389,48 +357,16 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
         return self.joint_policy(state.agents, epsilon)
 
     # -------------------------------------------------------------- iteration
-    def collect(
-        self, state: PQNVDNState, epsilon: Float[Array, ""], key: PRNGKeyArray
-    ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNVDNRollout]:
-        """`num_steps` epsilon-greedy steps of every world (PQN's
-        [`epsilon_greedy_rollout`][eqxrl.algorithms.epsilon_greedy_rollout] with
-        the team's values): the worlds' states and timesteps after them,
-        recurrent agents' carries after them (`None` for feed-forward agents),
-        and the rollout (the team reward, and the team's greedy value of each
-        step and of the final observation of each truncated episode). Every agent
-        acts on its own observation, with its own uniform draw."""
-        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
-        agents = state.agents
-
-        def values(carry: PyTree[Array] | None, observation: PyTree[Array]):
-            if carry is None:
-                return None, self.agent_q_values(agents, observation, jr.key(0))
-            return self.agent_step(agents, carry, observation)
-
-        return epsilon_greedy_rollout(
-            self.env,
-            state.env_state,
-            state.timestep,
-            state.carry,
-            epsilon,
-            key,
-            pqn.num_steps,
-            values=values,
-            initial_carry=lambda: self.agent_initial_carry(agents),
-            greedy_value=_greedy_team_value,
-            choose=jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0)),
-            uniform_shape=(self.num_agents,),
-            team_reward=lambda reward: jnp.sum(reward, axis=-1),
-            rollout_type=PQNVDNRollout,
-        )
-
     def train_iteration(
         self, state: PQNVDNState
     ) -> tuple[PQNVDNState, dict[str, Array]]:
-        """One rollout of `num_steps` x `num_envs` world steps, the team's Q(lambda)
+        """PQN's iteration ([`PQN.iteration`][eqxrl.PQN.iteration]) of the team:
+        one rollout of `num_steps` x `num_envs` world steps
+        ([`collect`][eqxrl.multiagent.PQNVDN.collect]), the team's Q(lambda)
         targets, then `num_epochs` x `num_minibatches` gradient steps on the team
-        loss (PQN's [`learn`][eqxrl.PQN.learn]; with recurrent agents, on whole
-        worlds' sequences, the targets recomputed by each step).
+        [`loss`][eqxrl.multiagent.PQNVDN.loss] (with recurrent agents, on whole
+        worlds' sequences, the targets recomputed by each step:
+        [`sequence_loss`][eqxrl.multiagent.PQNVDN.sequence_loss]).
 
         **Returns:**
 
@@ -441,45 +377,56 @@ class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
         updates), `epsilon`, `learning_rate`.
         """
         pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
-        key, collect_key, update_key = random_split(state.key, 3)
-        epsilon = pqn.epsilon(state.iteration)
-        env_state, timestep, carry, rollout = self.collect(state, epsilon, collect_key)
-        if state.carry is None:
-            last_value = jax.vmap(self.greedy_team_value, in_axes=(None, 0, 0))(
-                state.agents, timestep.observation, timestep.action_mask
-            )
-            targets = self.q_lambda_targets(rollout, last_value)
-            rows = jtu.tree_map(
-                lambda x: x.reshape(self.steps_per_iteration, *x.shape[2:]),
-                (rollout.observation, rollout.action, targets),
-            )
-            loss = self.loss
-        else:
-            # Rows are worlds, each with its whole sequence read from the carries
-            # the rollout started with; the last step bootstraps from the
-            # observation after the rollout.
-            sequences = jtu.tree_map(lambda x: jnp.swapaxes(x, 0, 1), rollout)
-            rows = (state.carry, sequences, timestep)
-            loss = self.sequence_loss
-        agents, optimizer_state, statistics = pqn.learn(
-            state.agents, state.optimizer_state, loss, rows, update_key
+        return pqn.iteration(state, state.agents, self)
+
+    def collect(
+        self, state: PQNVDNState, epsilon: Float[Array, ""], key: PRNGKeyArray
+    ) -> tuple[PyTree, TimeStep, PyTree[Array] | None, PQNVDNRollout]:
+        """`num_steps` epsilon-greedy steps of every world (PQN's
+        [`rollout`][eqxrl.PQN.rollout] with the team's values): the worlds' states
+        and timesteps after them, recurrent agents' carries after them (`None` for
+        feed-forward agents), and the rollout (the team reward, and the team's
+        greedy value of each step and of the final observation of each truncated
+        episode). Every agent acts on its own observation, with its own uniform
+        draw."""
+        pqn: PQN = self.algorithm  # pyright: ignore[reportAssignmentType]
+        agents = state.agents
+
+        def values(carry: PyTree[Array] | None, observation: PyTree[Array]):
+            if carry is None:
+                return None, self.agent_q_values(agents, observation, jr.key(0))
+            return self.agent_step(agents, carry, observation)
+
+        return pqn.rollout(
+            state,
+            epsilon,
+            key,
+            values=values,
+            initial_carry=lambda: self.agent_initial_carry(agents),
+            greedy_value=_greedy_team_value,
+            choose=jax.vmap(epsilon_greedy_action, in_axes=(0, 0, None, 0)),
+            uniform_shape=(self.num_agents,),
+            team_reward=lambda reward: jnp.sum(reward, axis=-1),
+            rollout_type=PQNVDNRollout,
         )
-        metrics = team_episode_metrics(
-            rollout.terminated | rollout.truncated, rollout.extras
+
+    def greedy_values(
+        self, agents: AbstractQNetwork, timestep: TimeStep
+    ) -> Float[Array, " num_envs"]:
+        """The team's greedy value
+        ([`greedy_team_value`][eqxrl.multiagent.PQNVDN.greedy_team_value]) of
+        every world's observation."""
+        return jax.vmap(self.greedy_team_value, in_axes=(None, 0, 0))(
+            agents, timestep.observation, timestep.action_mask
         )
-        metrics.update(jtu.tree_map(jnp.mean, statistics))
-        metrics["epsilon"] = epsilon
-        metrics["learning_rate"] = pqn.current_learning_rate(optimizer_state)
-        state = PQNVDNState(
-            agents=agents,
-            optimizer_state=optimizer_state,
-            env_state=env_state,
-            timestep=timestep,
-            key=key,
-            iteration=state.iteration + 1,
-            carry=carry,
-        )
-        return state, metrics
+
+    def episode_metrics(
+        self, done: Bool[Array, "num_steps num_envs"], extras: dict[str, PyTree]
+    ) -> dict[str, Array]:
+        """The team's episode metrics: each agent's mean return
+        (`episode_return`), the team's (`total_episode_return`), `episode_length`
+        and `episode_count`, of the episodes that ended."""
+        return team_episode_metrics(done, extras)
 
 
 def _greedy_team_value(
