@@ -593,10 +593,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
 
     # ------------------------------------------------------------------ iteration
     def train_iteration(self, state: PQNState) -> tuple[PQNState, dict[str, Array]]:
-        """One rollout of `num_steps` x `num_envs` steps, its Q(lambda) targets, then
-        `num_epochs` x `num_minibatches` gradient steps (with a recurrent network,
-        on whole environments' sequences, the targets recomputed by each; see the
-        class docstring): [`iteration`][eqxrl.PQN.iteration] of the Q-network.
+        """One [`iteration`][eqxrl.PQN.iteration] of the Q-network (with a
+        recurrent one, see the class docstring).
 
         **Returns:**
 
@@ -610,11 +608,9 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     def iteration(
         self, state: StateT, network: AbstractQNetwork, learner: PQNLearner
     ) -> tuple[StateT, dict[str, Array]]:
-        """One PQN iteration, as the paper's pseudocode, of what `learner` reads:
-        [`train_iteration`][eqxrl.PQN.train_iteration] of the Q-network itself
-        (`learner` is this PQN), and [`PQNVDN`][eqxrl.multiagent.PQNVDN]'s of the
-        team (`learner` is the PQNVDN: its values are the team's, its loss the
-        summed values', its metrics the team's).
+        """One PQN iteration, as the paper's pseudocode, of the values `learner`
+        gives: this PQN's own ([`train_iteration`][eqxrl.PQN.train_iteration]), or
+        a team's ([`PQNVDN`][eqxrl.multiagent.PQNVDN]'s summed values).
 
         1. `learner.collect(state, epsilon, key)`: the epsilon-greedy rollout, each
            step's greedy value kept;
@@ -633,13 +629,8 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
         - `state`: a [`PQNState`][eqxrl.PQNState], or a learner's state with its
           fields (see [`first_state`][eqxrl.PQN.first_state]).
         - `network`: the state's network.
-        - `learner`: this PQN, or a learner with the same `collect`,
-          `greedy_values`, `loss`, `sequence_loss` and `episode_metrics`.
-
-        **Returns:**
-
-        `(state, metrics)`: the state after the iteration (of `state`'s type) and
-        scalar metrics.
+        - `learner`: this PQN, or one with the same `collect`, `greedy_values`,
+          `loss`, `sequence_loss` and `episode_metrics`.
         """
         key, collect_key, update_key = split(state.key, 3)
         epsilon = self.epsilon(state.iteration)
@@ -716,17 +707,9 @@ class PQN(AbstractOnPolicyAlgorithm[PQNState]):
     def sequence_targets(
         self, sequences: PyTree, next_values: Float[Array, "n num_steps"]
     ) -> Float[Array, "n num_steps"]:
-        """The Q(lambda) targets of whole sequences, environments first (as
-        [`q_lambda_targets`][eqxrl.PQN.q_lambda_targets], from the values
-        `next_values` that each step bootstraps from), for the recurrent losses
-        (PQN-RNN's and PQN-VDN's).
-
-        **Arguments:**
-
-        - `sequences`: a rollout's steps (`[n, num_steps, ...]` leaves).
-        - `next_values`: the value each step bootstraps from where it did not
-          terminate an episode.
-        """
+        """The Q(lambda) targets of whole sequences (`[n, num_steps, ...]`
+        leaves), each step bootstrapping from `next_values` where it did not
+        terminate an episode: PQN-RNN's and PQN-VDN's recurrent losses'."""
         # compute_q_lambda_returns runs over time first.
         return compute_q_lambda_returns(
             (sequences.reward * self.reward_scale).T,

@@ -13,7 +13,6 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 from ..algorithms import (
     PQN,
     AbstractAlgorithm,
-    PQNRollout,
 )
 from ..envs import (
     AbstractEnvironment,
@@ -63,11 +62,11 @@ class PQNVDNState(eqx.Module):
     carry: PyTree[Array] | None = None
 
 
-class PQNVDNRollout(PQNRollout):
-    """PQN's rollout ([`PQNRollout`][eqxrl.algorithms.PQNRollout]) of a team:
-    what a step of the worlds saw, did and got, and the team's greedy values its
+class PQNVDNRollout(eqx.Module):
+    """What a step of the worlds saw, did and got, and the team's greedy values its
     targets bootstrap from; `[num_envs, ...]` leaves for one step, stacked to
-    `[num_steps, num_envs, ...]` over a rollout.
+    `[num_steps, num_envs, ...]` over a rollout. The fields of PQN's
+    [`PQNRollout`][eqxrl.algorithms.PQNRollout], the actions with an agents axis.
 
     **Fields:**
 
@@ -88,9 +87,16 @@ class PQNVDNRollout(PQNRollout):
       of an episode (the agents read it with their initial carries), else `None`.
     """
 
-    # Only the agents' axis differs from PQN's; the other fields are PQN's.
+    observation: PyTree[Array]
     action_mask: Bool[Array, "*batch num_agents num_actions"] | None
     action: Int[Array, "*batch num_agents"]
+    reward: Float[Array, "*batch"]
+    terminated: Bool[Array, "*batch"]
+    truncated: Bool[Array, "*batch"]
+    value: Float[Array, "*batch"]
+    truncation_value: Float[Array, "*batch"]
+    extras: dict[str, Array | dict[str, Array]]
+    episode_start: Bool[Array, "*batch"] | None = None
 
 
 class PQNVDN(AbstractTeamQLearning[PQNVDNState]):
